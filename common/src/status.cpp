@@ -1,0 +1,47 @@
+#include <system_error>
+
+#include "dtrun/common.h"
+
+namespace dtrun {
+
+std::string_view errcName(Errc code) {
+  switch (code) {
+    case Errc::kOk:
+      return "ok";
+    case Errc::kTimeout:
+      return "timeout";
+    case Errc::kConnection:
+      return "connection error";
+    case Errc::kProtocol:
+      return "protocol error";
+    case Errc::kNotFound:
+      return "not found";
+    case Errc::kInvalidArgument:
+      return "invalid argument";
+    case Errc::kSystem:
+      return "system error";
+    case Errc::kCancelled:
+      return "cancelled";
+  }
+  return "unknown error";
+}
+
+Status Status::system(std::string_view what, int err) {
+  return {Errc::kSystem, std::string(what) + ": " + std::system_category().message(err)};
+}
+
+std::string Status::toString() const {
+  if (isOk()) {
+    return "ok";
+  }
+  return std::string(errcName(code_)) + ": " + message_;
+}
+
+Status Status::withContext(std::string_view context) const {
+  if (isOk()) {
+    return *this;
+  }
+  return {code_, std::string(context) + ": " + message_};
+}
+
+}  // namespace dtrun

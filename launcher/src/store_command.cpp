@@ -1,0 +1,101 @@
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "dtrun/launcher.h"
+#include "dtrun/rendezvous.h"
+#include "log.h"
+
+namespace dtrun::launcher {
+namespace {
+
+struct StoreCommandOptions {
+  std::string host;
+  int port = 29400;
+  std::string portFile;
+  std::size_t maxValueLength = 8 * 1024 * 1024;
+  std::string logLevel;
+};
+
+// Writes atomically (temp file + rename) so a reader polling for the file never sees it half done.
+Status writePortFile(const std::string& path, std::uint16_t port) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) {
+      return Status::invalidArgument("--port-file: cannot write '" + temp + "'");
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return Status::system("--port-file: rename to '" + path + "'", errno);
+  }
+  return Status::ok();
+}
+
+int runStore(const StoreCommandOptions& options) {
+  log::init(options.logLevel);
+  // Block the stop signals in every thread (the server's inherits this mask) and take them with
+  // sigwait, so no handler runs in signal context.
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGINT);
+  sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+
+  rdzv::ServerOptions serverOptions;
+  serverOptions.host = options.host;
+  serverOptions.port = static_cast<std::uint16_t>(options.port);
+  serverOptions.maxValueLength = options.maxValueLength;
+  auto server = rdzv::StoreServer::start(serverOptions);
+  if (!server.isOk()) {
+    std::cerr << "dtrun store: " << server.status().message()
+              << " (pick another --port, or 0 for any free port)\n";
+    return 1;
+  }
+  const std::uint16_t port = server.value()->port();
+  if (!options.portFile.empty()) {
+    if (auto s = writePortFile(options.portFile, port); !s.isOk()) {
+      std::cerr << "dtrun store: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  std::cout << "dtrun store: listening on port " << port << std::endl;
+  int signal = 0;
+  sigwait(&stopSignals, &signal);
+  log::rdzv().info("store stopping on signal {}", signal);
+  server.value()->stop();
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> addStoreCommand(CLI::App& app) {
+  auto options = std::make_shared<StoreCommandOptions>();
+  CLI::App* store = app.add_subcommand(
+      "store", "Serve a rendezvous store (TCPStore-compatible) alone, until SIGINT or SIGTERM");
+  store->add_option("--host", options->host,
+                    "Address to listen on; empty listens on every IPv6 and IPv4 address");
+  store->add_option("--port", options->port, "Port to listen on; 0 picks a free one")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  store->add_option("--port-file,--port_file", options->portFile,
+                    "Write the bound port to this file once listening");
+  store->add_option("--max-value-bytes,--max_value_bytes", options->maxValueLength,
+                    "Largest value a client may store")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 31));
+  store->add_option("--log-level,--log_level", options->logLevel,
+                    "trace, debug, info, warn, error (default: DTRUN_LOG_LEVEL or info)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  return [store, options]() { return store->parsed() ? runStore(*options) : -1; };
+}
+
+}  // namespace dtrun::launcher

@@ -1,0 +1,97 @@
+// dtrun's key-value store: a server wire-compatible with PyTorch's TCPStore (torch <= 2.0 and
+// >= 2.2 clients on one key space) and a C++ client that speaks the >= 2.2 dialect.
+// StoreServer runs its own event-loop thread; its methods are thread-safe. A Store client is
+// NOT thread-safe: use one per thread (each call blocks, one request in flight).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrun/common.h"
+
+namespace dtrun::rdzv {
+
+struct ServerOptions {
+  // "" listens on every address, IPv6 and IPv4 (dual-stack "::", falling back to 0.0.0.0).
+  std::string host;
+  std::uint16_t port = 0;  // 0 = any free port; port() reports the bound one
+  std::size_t maxKeyLength = 8 * 1024;
+  std::size_t maxValueLength = 8 * 1024 * 1024;
+  std::size_t maxKeysPerRequest = 128 * 1024;
+};
+
+// Serves the store on a background thread until destroyed (or stop()).
+class StoreServer {
+ public:
+  virtual ~StoreServer() = default;
+  [[nodiscard]] static Result<std::unique_ptr<StoreServer>> start(const ServerOptions& options);
+
+  [[nodiscard]] virtual std::uint16_t port() const = 0;
+  // Closes the listener and every connection and joins the thread. Idempotent.
+  virtual void stop() = 0;
+  // Blocks the caller until stop() is called from another thread (for `dtrun store`).
+  virtual void waitUntilStopped() = 0;
+};
+
+// Which operation numbering the client speaks. kV2 (torch >= 2.2) is the default and the only one
+// with CANCEL_WAIT; kLegacy (torch <= 2.0) exists so one client program can drive a torch 1.13
+// server, e.g. in bench/store. A timed-out wait closes a kLegacy connection (it cannot cancel).
+enum class Dialect : std::uint8_t { kV2, kLegacy };
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  // Deadline for connecting (retries with jittered backoff until then) and for every call that
+  // does not take its own timeout.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  Dialect dialect = Dialect::kV2;
+};
+
+using Bytes = std::string;
+
+// A connection to a store. Every failure names the operation, the keys and the peer, e.g.
+// "wait([a, b]) on 127.0.0.1:29500: no reply within 300ms".
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Status set(std::string_view key, std::string_view value) = 0;
+  // Waits until the key exists (up to the store timeout), then returns its value.
+  virtual Result<Bytes> get(std::string_view key) = 0;
+  virtual Result<std::int64_t> add(std::string_view key, std::int64_t delta) = 0;
+  // Returns what is stored afterwards (with upstream's quirk: `expected` when the key is missing
+  // and `expected` is not empty).
+  virtual Result<Bytes> compareSet(std::string_view key, std::string_view expected,
+                                   std::string_view desired) = 0;
+  virtual Result<bool> check(std::span<const std::string> keys) = 0;
+  // Waits until every key exists. On timeout the server is told to forget the wait and the
+  // connection stays usable; the Status is kTimeout.
+  virtual Status wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) = 0;
+  virtual Result<std::int64_t> numKeys() = 0;
+  virtual Result<bool> deleteKey(std::string_view key) = 0;
+  virtual Status append(std::string_view key, std::string_view value) = 0;
+  // Waits for all keys (up to the store timeout), then returns their values in order.
+  virtual Result<std::vector<Bytes>> multiGet(std::span<const std::string> keys) = 0;
+  virtual Status multiSet(std::span<const std::string> keys, std::span<const Bytes> values) = 0;
+  // Round trip with a nonce; returns its duration.
+  virtual Result<std::chrono::microseconds> ping() = 0;
+  virtual Status queuePush(std::string_view key, std::string_view value) = 0;
+  // Waits up to `timeout` for an item, then pops it.
+  virtual Result<Bytes> queuePop(std::string_view key, std::chrono::milliseconds timeout) = 0;
+  virtual Result<std::int64_t> queueLen(std::string_view key) = 0;
+  virtual Result<std::vector<Bytes>> listKeys() = 0;
+  // Counts this caller in at `key` and returns once `worldSize` callers have arrived.
+  virtual Status barrier(std::string_view key, std::int64_t worldSize,
+                         std::chrono::milliseconds timeout) = 0;
+
+  [[nodiscard]] virtual std::string peer() const = 0;
+};
+
+[[nodiscard]] Result<std::unique_ptr<Store>> connectStore(const ClientOptions& options);
+
+}  // namespace dtrun::rdzv

@@ -1,0 +1,317 @@
+#include "session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <boost/asio/write.hpp>
+
+#include "log.h"
+
+namespace dtrun::rdzv::detail {
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+constexpr std::size_t kInitialBuffer = 4096;
+
+std::string describePeer(const asio::ip::tcp::socket& socket) {
+  error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) {
+    return "unknown peer";
+  }
+  auto address = endpoint.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  return address.to_string() + ":" + std::to_string(endpoint.port());
+}
+}  // namespace
+
+void ServerCore::add(const std::shared_ptr<Session>& session) {
+  sessions_.emplace(session->id(), session.get());
+}
+
+void ServerCore::remove(ClientId id) {
+  sessions_.erase(id);
+  kv_.dropClient(id);
+}
+
+void ServerCore::closeAll() {
+  // close() calls remove(), which edits the map: close a snapshot.
+  std::vector<Session*> all;
+  all.reserve(sessions_.size());
+  for (auto& [id, session] : sessions_) {
+    all.push_back(session);
+  }
+  for (Session* session : all) {
+    session->close("server stopping", false);
+  }
+}
+
+void ServerCore::onWaitReleased(ClientId client) {
+  const auto it = sessions_.find(client);
+  if (it != sessions_.end()) {
+    it->second->send(std::string_view(&kStopWaiting, 1));
+  }
+}
+
+void ServerCore::onWatchEvent(ClientId client, std::string_view event) {
+  const auto it = sessions_.find(client);
+  if (it != sessions_.end()) {
+    it->second->send(event);
+  }
+}
+
+Session::Session(asio::ip::tcp::socket socket, ClientId id, ServerCore& core)
+    : socket_(std::move(socket)), id_(id), core_(core), peer_(describePeer(socket_)) {
+  in_.resize(kInitialBuffer);
+}
+
+void Session::start() {
+  log::rdzv().debug("client {} connected from {}", id_, peer_);
+  readSome();
+}
+
+void Session::readSome() {
+  if (inSize_ == in_.size()) {
+    in_.resize(std::min(in_.size() * 2, core_.limits().maxRequestBytes + 1));
+  }
+  socket_.async_read_some(
+      asio::buffer(in_.data() + inSize_, in_.size() - inSize_),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->onRead(ec, n); });
+}
+
+void Session::onRead(const error_code& ec, std::size_t n) {
+  if (closed_) {
+    return;
+  }
+  if (ec) {
+    const bool quiet = ec == asio::error::eof || ec == asio::error::connection_reset ||
+                       ec == asio::error::operation_aborted;
+    close(quiet ? "disconnected" : "read failed: " + ec.message(), !quiet);
+    return;
+  }
+  inSize_ += n;
+  try {
+    if (!processInput()) {
+      return;
+    }
+  } catch (const std::exception& e) {
+    close(std::string("internal error: ") + e.what(), true);
+    return;
+  }
+  readSome();
+}
+
+bool Session::processInput() {
+  std::size_t offset = 0;
+  dispatching_ = true;
+  while (offset < inSize_) {
+    const std::string_view input(in_.data() + offset, inSize_ - offset);
+    if (!dialect_) {
+      switch (detectDialect(input, core_.limits())) {
+        case DialectGuess::kNeedMore:
+          break;
+        case DialectGuess::kLegacy:
+          dialect_ = Dialect::kLegacy;
+          break;
+        case DialectGuess::kV2:
+          dialect_ = Dialect::kV2;
+          break;
+        case DialectGuess::kReject:
+          close("first request is neither VALIDATE with the right magic nor a sane torch<=2.0 "
+                "request",
+                true);
+          return false;
+      }
+      if (!dialect_) {
+        break;
+      }
+    }
+    const ParseOutcome outcome = parseRequest(*dialect_, input, core_.limits(), request_);
+    if (outcome.status == ParseStatus::kError) {
+      close(outcome.error, true);
+      return false;
+    }
+    if (outcome.status == ParseStatus::kNeedMore) {
+      // Make room for the whole request now that its size is known (limits already checked).
+      if (outcome.needed > in_.size() - offset) {
+        in_.resize(offset + outcome.needed);
+      }
+      break;
+    }
+    if (!dispatch(request_)) {
+      return false;
+    }
+    offset += outcome.consumed;
+  }
+  dispatching_ = false;
+  if (offset > 0) {
+    std::memmove(in_.data(), in_.data() + offset, inSize_ - offset);
+    inSize_ -= offset;
+  }
+  if (inSize_ == 0 && in_.size() > kInitialBuffer) {
+    in_.assign(kInitialBuffer, 0);  // give a large request's memory back
+  }
+  flush();
+  return true;
+}
+
+bool Session::dispatch(const Request& request) {
+  KvState& kv = core_.kv();
+  std::string& reply = scratch_;
+  reply.clear();
+  switch (request.op) {
+    case Op::kValidate:
+      if (request.word != kValidationMagic) {
+        close("VALIDATE with a wrong magic number", true);
+        return false;
+      }
+      return true;
+    case Op::kSet:
+      kv.set(request.key, request.value);
+      return true;
+    case Op::kCompareSet:
+      appendBytes(reply, kv.compareSet(request.key, request.value, request.desired));
+      break;
+    case Op::kGet: {
+      // Clients WAIT before GET; a missing key answers empty bytes, as upstream's libuv server.
+      const std::string* value = kv.get(request.key);
+      appendBytes(reply, value != nullptr ? std::string_view(*value) : std::string_view());
+      break;
+    }
+    case Op::kAdd: {
+      auto sum = kv.add(request.key, request.integer);
+      if (!sum.isOk()) {
+        close(sum.status().message(), true);
+        return false;
+      }
+      appendI64(reply, sum.value());
+      break;
+    }
+    case Op::kCheck:
+      reply.push_back(kv.check(request.keys) ? kCheckReady : kCheckNotReady);
+      break;
+    case Op::kWait:
+      if (kv.wait(id_, request.keys)) {
+        reply.push_back(kStopWaiting);
+      }
+      break;
+    case Op::kNumKeys:
+      appendI64(reply, static_cast<std::int64_t>(kv.numKeys()));
+      break;
+    case Op::kWatchKey:
+      kv.watch(id_, request.key);
+      reply.push_back(static_cast<char>(WatchEvent::kRegistered));
+      break;
+    case Op::kDeleteKey:
+      appendI64(reply, kv.deleteKey(request.key) ? 1 : 0);
+      break;
+    case Op::kAppend:
+      kv.append(request.key, request.value);
+      return true;
+    case Op::kMultiGet:
+      for (const auto key : request.keys) {
+        const std::string* value = kv.get(key);
+        appendBytes(reply, value != nullptr ? std::string_view(*value) : std::string_view());
+      }
+      break;
+    case Op::kMultiSet:
+      for (std::size_t i = 0; i < request.keys.size(); ++i) {
+        kv.set(request.keys[i], request.values[i]);
+      }
+      return true;
+    case Op::kCancelWait:
+      static_cast<void>(kv.cancelWaits(id_));
+      reply.push_back(kWaitCanceled);
+      break;
+    case Op::kPing:
+      appendU32(reply, request.word);
+      break;
+    case Op::kQueuePush:
+      kv.queuePush(request.key, request.value);
+      return true;
+    case Op::kQueuePop: {
+      std::string value;
+      const std::size_t length = kv.queuePop(request.key, value);
+      appendI64(reply, static_cast<std::int64_t>(length));
+      if (length > 0) {
+        appendBytes(reply, value);
+      }
+      break;
+    }
+    case Op::kQueueLen:
+      appendI64(reply, static_cast<std::int64_t>(kv.queueLen(request.key)));
+      break;
+    case Op::kListKeys:
+      appendI64(reply, static_cast<std::int64_t>(kv.numKeys()));
+      kv.forEachKey([&reply](const std::string& key) { appendBytes(reply, key); });
+      break;
+    case Op::kBarrier: {
+      auto released = kv.barrier(id_, request.key, request.integer);
+      if (!released.isOk()) {
+        close("BARRIER: " + released.status().message(), true);
+        return false;
+      }
+      if (released.value()) {
+        reply.push_back(kStopWaiting);
+      }
+      break;
+    }
+  }
+  if (!reply.empty()) {
+    send(reply);
+  }
+  return true;
+}
+
+void Session::send(std::string_view bytes) {
+  if (closed_) {
+    return;
+  }
+  outPending_.append(bytes);
+  if (!dispatching_) {
+    flush();
+  }
+}
+
+void Session::flush() {
+  if (writing_ || outPending_.empty() || closed_) {
+    return;
+  }
+  writing_ = true;
+  outWriting_.clear();
+  std::swap(outWriting_, outPending_);
+  asio::async_write(socket_, asio::buffer(outWriting_),
+                    [self = shared_from_this()](const error_code& ec, std::size_t) {
+                      self->writing_ = false;
+                      if (self->closed_) {
+                        return;
+                      }
+                      if (ec) {
+                        self->close("write failed: " + ec.message(), ec != asio::error::broken_pipe &&
+                                                                        ec != asio::error::connection_reset);
+                        return;
+                      }
+                      self->flush();
+                    });
+}
+
+void Session::close(std::string_view reason, bool error) {
+  if (closed_) {
+    return;
+  }
+  closed_ = true;
+  if (error) {
+    log::rdzv().warn("closing client {} ({}): {}", id_, peer_, reason);
+  } else {
+    log::rdzv().debug("closing client {} ({}): {}", id_, peer_, reason);
+  }
+  error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  core_.remove(id_);
+}
+
+}  // namespace dtrun::rdzv::detail

@@ -1,0 +1,84 @@
+// One client connection of the store server. Lives on the server's event-loop thread only; its
+// lifetime is that of its pending asynchronous operations (shared_from_this).
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "kv_state.h"
+#include "protocol.h"
+
+namespace dtrun::rdzv::detail {
+
+class Session;
+
+// What sessions share: the key space, the limits and the table of live sessions, which routes
+// the KvState's notifications to the right connection. Event-loop thread only.
+class ServerCore final : public KvListener {
+ public:
+  explicit ServerCore(const Limits& limits) : limits_(limits), kv_(*this) {}
+
+  [[nodiscard]] const Limits& limits() const { return limits_; }
+  KvState& kv() { return kv_; }
+
+  void add(const std::shared_ptr<Session>& session);
+  void remove(ClientId id);
+  void closeAll();
+  [[nodiscard]] std::size_t sessionCount() const { return sessions_.size(); }
+
+  void onWaitReleased(ClientId client) override;
+  void onWatchEvent(ClientId client, std::string_view event) override;
+
+ private:
+  const Limits limits_;
+  KvState kv_;
+  // Raw pointers: a session removes itself here when it closes, before it can be destroyed.
+  std::unordered_map<ClientId, Session*> sessions_;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::ip::tcp::socket socket, ClientId id, ServerCore& core);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session() = default;
+
+  void start();
+  // Queues bytes for the client; they are written once the current batch of requests is handled.
+  void send(std::string_view bytes);
+  // `reason` is logged (warn when `error`, else debug); pending waits are dropped.
+  void close(std::string_view reason, bool error);
+  [[nodiscard]] ClientId id() const { return id_; }
+
+ private:
+  void readSome();
+  void onRead(const boost::system::error_code& ec, std::size_t n);
+  // Handles every complete request in the buffer; false once the session closed.
+  bool processInput();
+  // False (after closing) if the request is refused.
+  bool dispatch(const Request& request);
+  void flush();
+
+  boost::asio::ip::tcp::socket socket_;
+  const ClientId id_;
+  ServerCore& core_;  // owned by the server, which closes every session before destroying it
+  std::string peer_;
+  std::optional<Dialect> dialect_;
+  std::vector<char> in_;
+  std::size_t inSize_ = 0;
+  Request request_;  // reused across requests to keep its key vectors' capacity
+  std::string outPending_;
+  std::string outWriting_;
+  std::string scratch_;
+  bool writing_ = false;
+  bool dispatching_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace dtrun::rdzv::detail
