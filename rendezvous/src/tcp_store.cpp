@@ -332,10 +332,11 @@ class TcpStore final : public Store {
     inBegin_ = inEnd_ = 0;
   }
 
-  // Sends `request` and reads its reply with `readReply` (none if null). Any failure drops the
-  // connection (the next call reconnects) and names the operation and the peer.
+  // Sends `request` and reads its reply with `readReply` (none if null). A failure drops the
+  // connection (the next call reconnects) and names the operation and the peer; with
+  // `keepOnTimeout`, a reply that did not come in time leaves it open for the caller to cancel.
   Status call(const Request& request, const std::string& what, Clock::time_point until,
-              const ReplyReader& readReply) {
+              const ReplyReader& readReply, bool keepOnTimeout = false) {
     if (!fd_.valid()) {
       if (auto s = connectUntil(until); !s.isOk()) {
         return s.withContext(what);
@@ -351,7 +352,9 @@ class TcpStore final : public Store {
       s = readReply(until);
     }
     if (!s.isOk()) {
-      drop();
+      if (!(keepOnTimeout && s.code() == Errc::kTimeout)) {
+        drop();
+      }
       return s.withContext(what + " on " + peer_);
     }
     return s;
@@ -371,7 +374,9 @@ class TcpStore final : public Store {
   Status waitForStop(const Request& request, const std::string& what, milliseconds timeout) {
     const auto until = Clock::now() + timeout;
     char reply = 0;
-    auto s = call(request, what, until, [&](auto dl) { return readByte(reply, dl); });
+    auto s = call(
+        request, what, until, [&](auto dl) { return readByte(reply, dl); },
+        /*keepOnTimeout=*/dialect_ == detail::Dialect::kV2);
     if (s.isOk()) {
       return reply == detail::kStopWaiting
                  ? Status::ok()

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Unmodified PyTorch 1.13 clients (Debian's python3-torch, /usr/bin/python3) against `dtrun store`.
+#   bash tests/integration/torch_store_test.sh /abs/path/to/dtrun
+# Scenarios, each against a fresh server on 127.0.0.1 (port 0, read from --port-file):
+#   ops    - torch_store_ops.py: every op of the 1.13 TCPStore Python binding, exact results
+#   gloo2  - 2 ranks of torch_gloo_rank.py: init_process_group("gloo", "env://") via the agent store
+#   gloo4  - the same with 4 ranks
+#   mixed  - torch_mixed_dialect.py: a torch>=2.2-dialect raw client and a 1.13 client share keys
+# After each scenario the server must still be alive, and must exit 0 on SIGTERM.
+# Every process is started in the background and stopped by its own PID; loopback only.
+set -euo pipefail
+
+DTRUN=${1:?usage: torch_store_test.sh /path/to/dtrun}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PY=/usr/bin/python3  # the interpreter with torch 1.13; the python3 on PATH may lack it
+STEP_TIMEOUT=60      # seconds for one client process
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {  # stops what is still ours by PID: TERM, up to 5 s, then KILL
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do running "$p" || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Drops a reaped PID from the cleanup list, so cleanup never signals a reused PID.
+forget() {
+  local p keep=()
+  for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+
+die() { echo "torch_store_test: FAIL: $*" >&2; exit 1; }
+
+# True while $1 runs (a zombie, exited but not yet reaped, counts as stopped).
+running() { [[ -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+
+# Prints a file, minus torch's harmless "[W ..." warning lines.
+show() { grep -v '^\[W' "$1" || true; }
+
+[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
+[[ -x $PY ]] || die "$PY not found (needs Debian's python3-torch)"
+$PY -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
+  die "$PY cannot import torch.distributed (install python3-torch 1.13)"
+
+server_pid=""
+port=""
+start_server() {  # $1 = scenario name
+  local pf=$tmp/$1.port log=$tmp/$1.server.log
+  "$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$pf" --log-level warn >"$log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  # The port file is written (atomically) just before the "listening" line is printed.
+  for _ in $(seq 100); do  # 10 s
+    [[ -s $pf ]] && grep -q "listening on port" "$log" && break
+    running "$server_pid" || { show "$log"; die "$1: dtrun store exited before it was listening"; }
+    sleep 0.1
+  done
+  [[ -s $pf ]] || die "$1: no port file from dtrun store after 10 s"
+  port=$(<"$pf")
+  [[ $port =~ ^[0-9]+$ && $port -gt 0 ]] || die "$1: bad port file content '$port'"
+  grep -q "^dtrun store: listening on port $port\$" "$log" ||
+    { show "$log"; die "$1: dtrun store did not print 'listening on port $port'"; }
+}
+
+stop_server() {  # $1 = scenario name
+  running "$server_pid" || { show "$tmp/$1.server.log"; die "$1: dtrun store died during the scenario"; }
+  kill -TERM "$server_pid"
+  for _ in $(seq 100); do running "$server_pid" || break; sleep 0.1; done
+  running "$server_pid" && die "$1: dtrun store still running 10 s after SIGTERM"
+  local rc=0
+  wait "$server_pid" || rc=$?
+  forget "$server_pid"
+  [[ $rc -eq 0 ]] || { show "$tmp/$1.server.log"; die "$1: dtrun store exited $rc on SIGTERM"; }
+}
+
+run_client() {  # $1 = scenario, $2 = script: runs it against $port in the foreground
+  local out=$tmp/$1.client.log rc=0
+  timeout "$STEP_TIMEOUT" "$PY" "$HERE/$2" "$port" >"$out" 2>&1 || rc=$?
+  show "$out"
+  [[ $rc -eq 0 ]] || die "$1: $2 exited $rc$( [[ $rc -eq 124 ]] && echo ' (timed out)')"
+}
+
+run_gloo() {  # $1 = scenario, $2 = world size
+  local n=$2 r rank_pids=()
+  for ((r = 0; r < n; r++)); do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n \
+      LOCAL_WORLD_SIZE=$n TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 \
+      GLOO_SOCKET_IFNAME=lo \
+      timeout "$STEP_TIMEOUT" "$PY" "$HERE/torch_gloo_rank.py" >"$tmp/$1.rank$r.log" 2>&1 &
+    rank_pids+=($!)
+    pids+=($!)
+  done
+  local failed=""
+  for ((r = 0; r < n; r++)); do
+    local rc=0
+    wait "${rank_pids[r]}" || rc=$?
+    forget "${rank_pids[r]}"
+    show "$tmp/$1.rank$r.log"
+    [[ $rc -eq 0 ]] || failed+=" rank $r exited $rc$( [[ $rc -eq 124 ]] && echo ' (timed out)');"
+  done
+  [[ -z $failed ]] || die "$1: $n-rank gloo job:$failed"
+}
+
+scenario() {  # $1 = name, then the command that runs it
+  local name=$1 start=$SECONDS
+  shift
+  start_server "$name"
+  "$@"
+  stop_server "$name"
+  echo "torch_store_test: $name ok ($((SECONDS - start)) s)"
+}
+
+scenario ops run_client ops torch_store_ops.py
+scenario gloo2 run_gloo gloo2 2
+scenario gloo4 run_gloo gloo4 4
+scenario mixed run_client mixed torch_mixed_dialect.py
+echo "torch_store_test: all scenarios passed"
