@@ -56,7 +56,8 @@ void init(std::string_view level) {
   std::call_once(once, [level] {
     std::string chosen(level);
     if (chosen.empty()) {
-      const char* fromEnv = std::getenv("DTRUN_LOG_LEVEL");  // NOLINT(concurrency-mt-unsafe): before threads
+      const char* fromEnv =
+          std::getenv("DTRUN_LOG_LEVEL");  // NOLINT(concurrency-mt-unsafe): before threads
       chosen = fromEnv != nullptr ? fromEnv : "info";
     }
     const auto parsed = spdlog::level::from_str(chosen);

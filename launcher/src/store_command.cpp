@@ -1,5 +1,3 @@
-#include <pthread.h>
-
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -8,8 +6,11 @@
 #include <string>
 #include <thread>
 
+#include <pthread.h>
+
 #include "dtrun/launcher.h"
 #include "dtrun/rendezvous.h"
+
 #include "log.h"
 
 namespace dtrun::launcher {
@@ -19,7 +20,7 @@ struct StoreCommandOptions {
   std::string host;
   int port = 29400;
   std::string portFile;
-  std::size_t maxValueLength = 8 * 1024 * 1024;
+  std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
   std::string logLevel;
 };
 
@@ -88,12 +89,14 @@ std::function<int()> addStoreCommand(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   store->add_option("--port-file,--port_file", options->portFile,
                     "Write the bound port to this file once listening");
-  store->add_option("--max-value-bytes,--max_value_bytes", options->maxValueLength,
-                    "Largest value a client may store")
+  store
+      ->add_option("--max-value-bytes,--max_value_bytes", options->maxValueLength,
+                   "Largest value a client may store")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 31));
-  store->add_option("--log-level,--log_level", options->logLevel,
-                    "trace, debug, info, warn, error (default: DTRUN_LOG_LEVEL or info)")
+  store
+      ->add_option("--log-level,--log_level", options->logLevel,
+                   "trace, debug, info, warn, error (default: DTRUN_LOG_LEVEL or info)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   return [store, options]() { return store->parsed() ? runStore(*options) : -1; };
 }

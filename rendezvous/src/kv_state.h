@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dtrun/common.h"
+
 #include "protocol.h"
 
 namespace dtrun::rdzv::detail {
@@ -21,6 +22,11 @@ using ClientId = std::uint64_t;
 
 class KvListener {
  public:
+  KvListener() = default;
+  KvListener(const KvListener&) = delete;
+  KvListener& operator=(const KvListener&) = delete;
+  KvListener(KvListener&&) = delete;
+  KvListener& operator=(KvListener&&) = delete;
   virtual ~KvListener() = default;
   // A WAIT or BARRIER of `client` is satisfied: it must be sent STOP_WAITING.
   virtual void onWaitReleased(ClientId client) = 0;
@@ -37,8 +43,7 @@ class KvState {
   // Upstream's exact semantics: missing key and empty `expected` creates it; missing key and
   // non-empty `expected` stores nothing and returns `expected`; otherwise swaps when equal.
   // Returns the value now stored (or `expected`, in the lying case).
-  std::string compareSet(std::string_view key, std::string_view expected,
-                         std::string_view desired);
+  std::string compareSet(std::string_view key, std::string_view expected, std::string_view desired);
   // nullptr if absent. The pointer is valid until the next mutation.
   [[nodiscard]] const std::string* get(std::string_view key) const;
   // Decimal ASCII counter; a value that is not a decimal integer is an error.
@@ -74,9 +79,9 @@ class KvState {
   using WaitId = std::uint64_t;
   struct Wait {
     ClientId client = 0;
-    std::size_t remaining = 0;          // keys still missing (plain waits)
-    std::int64_t barrierTarget = -1;    // >= 0 for a barrier
-    std::vector<std::string> keys;      // where this wait is registered
+    std::size_t remaining = 0;        // keys still missing (plain waits)
+    std::int64_t barrierTarget = -1;  // >= 0 for a barrier
+    std::vector<std::string> keys;    // where this wait is registered
   };
   struct StringHash {
     using is_transparent = void;

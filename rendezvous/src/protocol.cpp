@@ -10,10 +10,10 @@ constexpr std::array<Op, 9> kLegacyTable = {Op::kSet,     Op::kCompareSet, Op::k
                                             Op::kAdd,     Op::kCheck,      Op::kWait,
                                             Op::kNumKeys, Op::kWatchKey,   Op::kDeleteKey};
 constexpr std::array<Op, 19> kV2Table = {
-    Op::kValidate,   Op::kSet,       Op::kCompareSet, Op::kGet,      Op::kAdd,
-    Op::kCheck,      Op::kWait,      Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
-    Op::kMultiGet,   Op::kMultiSet,  Op::kCancelWait, Op::kPing,     Op::kQueuePush,
-    Op::kQueuePop,   Op::kQueueLen,  Op::kListKeys,   Op::kBarrier};
+    Op::kValidate, Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,
+    Op::kCheck,    Op::kWait,     Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet, Op::kCancelWait, Op::kPing,      Op::kQueuePush,
+    Op::kQueuePop, Op::kQueueLen, Op::kListKeys,   Op::kBarrier};
 
 // Reads fields sequentially; every accessor fails (returns false) once the input runs out or a
 // limit is hit, recording which.

@@ -56,20 +56,20 @@ constexpr char kCheckNotReady = 0x01;
 enum class WatchEvent : std::uint8_t { kUpdated = 0, kCreated = 1, kDeleted = 2, kRegistered = 3 };
 
 struct Limits {
-  std::size_t maxKeyLength = 8 * 1024;
-  std::size_t maxValueLength = 8 * 1024 * 1024;
-  std::size_t maxKeysPerRequest = 128 * 1024;
-  std::size_t maxRequestBytes = 64 * 1024 * 1024;  // all fields of one request together
+  std::size_t maxKeyLength = std::size_t{8} * 1024;
+  std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
+  std::size_t maxKeysPerRequest = std::size_t{128} * 1024;
+  std::size_t maxRequestBytes = std::size_t{64} * 1024 * 1024;  // all fields of one request together
 };
 
 // Views into the parsed bytes: valid only as long as the input buffer is unchanged.
 struct Request {
   Op op = Op::kSet;
   std::string_view key;
-  std::string_view value;     // SET, APPEND, QUEUE_PUSH value; COMPARE_SET expected
-  std::string_view desired;   // COMPARE_SET
-  std::int64_t integer = 0;   // ADD delta, BARRIER world size
-  std::uint32_t word = 0;     // VALIDATE magic, PING nonce
+  std::string_view value;                // SET, APPEND, QUEUE_PUSH value; COMPARE_SET expected
+  std::string_view desired;              // COMPARE_SET
+  std::int64_t integer = 0;              // ADD delta, BARRIER world size
+  std::uint32_t word = 0;                // VALIDATE magic, PING nonce
   std::vector<std::string_view> keys;    // CHECK, WAIT, MULTI_GET, MULTI_SET
   std::vector<std::string_view> values;  // MULTI_SET
 };

@@ -120,9 +120,10 @@ bool Session::processInput() {
           dialect_ = Dialect::kV2;
           break;
         case DialectGuess::kReject:
-          close("first request is neither VALIDATE with the right magic nor a sane torch<=2.0 "
-                "request",
-                true);
+          close(
+              "first request is neither VALIDATE with the right magic nor a sane torch<=2.0 "
+              "request",
+              true);
           return false;
       }
       if (!dialect_) {
@@ -178,7 +179,7 @@ bool Session::dispatch(const Request& request) {
     case Op::kGet: {
       // Clients WAIT before GET; a missing key answers empty bytes, as upstream's libuv server.
       const std::string* value = kv.get(request.key);
-      appendBytes(reply, value != nullptr ? std::string_view(*value) : std::string_view());
+      appendBytes(reply, value != nullptr ? *value : std::string_view{});
       break;
     }
     case Op::kAdd: {
@@ -214,7 +215,7 @@ bool Session::dispatch(const Request& request) {
     case Op::kMultiGet:
       for (const auto key : request.keys) {
         const std::string* value = kv.get(key);
-        appendBytes(reply, value != nullptr ? std::string_view(*value) : std::string_view());
+        appendBytes(reply, value != nullptr ? *value : std::string_view{});
       }
       break;
     case Op::kMultiSet:
@@ -290,8 +291,9 @@ void Session::flush() {
                         return;
                       }
                       if (ec) {
-                        self->close("write failed: " + ec.message(), ec != asio::error::broken_pipe &&
-                                                                        ec != asio::error::connection_reset);
+                        self->close(
+                            "write failed: " + ec.message(),
+                            ec != asio::error::broken_pipe && ec != asio::error::connection_reset);
                         return;
                       }
                       self->flush();

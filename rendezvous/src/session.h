@@ -2,11 +2,10 @@
 // lifetime is that of its pending asynchronous operations (shared_from_this).
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
-
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -47,6 +46,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(boost::asio::ip::tcp::socket socket, ClientId id, ServerCore& core);
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
+  Session(Session&&) = delete;
+  Session& operator=(Session&&) = delete;
   ~Session() = default;
 
   void start();

@@ -1,10 +1,9 @@
 // StoreServer: owns the io_context, the listener, the shared state and the event-loop thread.
-#include <utility>  // before Asio (see session.h)
-
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <utility>  // before Asio (see session.h)
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "dtrun/rendezvous.h"
+
 #include "log.h"
 #include "session.h"
 
@@ -62,12 +62,10 @@ class AsioStoreServer final : public StoreServer {
   explicit AsioStoreServer(const ServerOptions& options)
       : core_(detail::Limits{options.maxKeyLength, options.maxValueLength,
                              options.maxKeysPerRequest,
-                             std::max<std::size_t>(64 * 1024 * 1024, 2 * options.maxValueLength)}),
+                             std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)}),
         acceptor_(io_),
         retryTimer_(io_) {}
 
-  AsioStoreServer(const AsioStoreServer&) = delete;
-  AsioStoreServer& operator=(const AsioStoreServer&) = delete;
   ~AsioStoreServer() override { stop(); }
 
   Status listen(const ServerOptions& options) {
@@ -82,8 +80,8 @@ class AsioStoreServer final : public StoreServer {
     }
     tcp::resolver resolver(io_);
     error_code ec;
-    const auto results = resolver.resolve(options.host, std::to_string(options.port),
-                                          tcp::resolver::passive, ec);
+    const auto results =
+        resolver.resolve(options.host, std::to_string(options.port), tcp::resolver::passive, ec);
     if (ec) {
       return Status::invalidArgument("cannot resolve store host '" + options.host +
                                      "': " + ec.message());
@@ -111,8 +109,8 @@ class AsioStoreServer final : public StoreServer {
       stopped_ = true;
       stoppedCv_.notify_all();
     });
-    log::rdzv().info("store listening on {}:{}",
-                     acceptor_.local_endpoint().address().to_string(), port_);
+    log::rdzv().info("store listening on {}:{}", acceptor_.local_endpoint().address().to_string(),
+                     port_);
   }
 
   [[nodiscard]] std::uint16_t port() const override { return port_; }

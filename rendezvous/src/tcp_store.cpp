@@ -1,5 +1,10 @@
 // Store client over plain blocking-style POSIX sockets: the descriptor is non-blocking and every
 // wait goes through poll() with the call's deadline, so no call can hang past its timeout.
+#include <algorithm>
+#include <cerrno>
+#include <functional>
+#include <thread>
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -7,12 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <functional>
-#include <thread>
-
 #include "dtrun/rendezvous.h"
+
 #include "protocol.h"
 
 namespace dtrun::rdzv {
@@ -62,7 +63,8 @@ class TcpStore final : public Store {
     }
     Request r{.op = Op::kGet, .key = key};
     Bytes value;
-    auto s = call(r, "get(" + keyString + ")", deadline(), [&](auto dl) { return readBytes(value, dl); });
+    auto s = call(r, "get(" + keyString + ")", deadline(),
+                  [&](auto dl) { return readBytes(value, dl); });
     return s.isOk() ? Result<Bytes>(std::move(value)) : Result<Bytes>(s);
   }
 
@@ -249,10 +251,10 @@ class TcpStore final : public Store {
       std::this_thread::sleep_for(milliseconds(pause));
     } while (Clock::now() < until);
     const auto seconds = std::chrono::duration<double>(options_.timeout).count();
-    return Status::error(last.code() == Errc::kProtocol ? Errc::kProtocol : Errc::kConnection,
-                         last.message() + " (" + std::to_string(attempts) + " attempts over " +
-                             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
-                             "s)");
+    return Status::error(
+        last.code() == Errc::kProtocol ? Errc::kProtocol : Errc::kConnection,
+        last.message() + " (" + std::to_string(attempts) + " attempts over " +
+            std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) + "s)");
   }
 
   Status connectOnce(Clock::time_point until) {
@@ -260,23 +262,24 @@ class TcpStore final : public Store {
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(),
-                                 &hints, &found);
+    const int rc =
+        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &found);
     if (rc != 0) {
-      return Status::connection("connect(" + peer_ + "): cannot resolve host: " +
-                                ::gai_strerror(rc));
+      return Status::connection("connect(" + peer_ +
+                                "): cannot resolve host: " + ::gai_strerror(rc));
     }
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
     Status last = Status::connection("connect(" + peer_ + "): no address");
     for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
-      UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                           ai->ai_protocol));
+      UniqueFd fd(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
       if (!fd.valid()) {
         last = Status::system("socket()", errno);
         continue;
       }
       if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
-        last = Status::connection("connect(" + peer_ + "): " + std::system_category().message(errno));
+        last =
+            Status::connection("connect(" + peer_ + "): " + std::system_category().message(errno));
         continue;
       }
       pollfd p{fd.get(), POLLOUT, 0};
@@ -310,8 +313,10 @@ class TcpStore final : public Store {
     }
     std::string out;
     const auto nonce = static_cast<std::uint32_t>(::getpid());
-    static_cast<void>(detail::encodeRequest(dialect_, Request{.op = Op::kValidate, .word = detail::kValidationMagic}, out));
-    static_cast<void>(detail::encodeRequest(dialect_, Request{.op = Op::kPing, .word = nonce}, out));
+    static_cast<void>(detail::encodeRequest(
+        dialect_, Request{.op = Op::kValidate, .word = detail::kValidationMagic}, out));
+    static_cast<void>(
+        detail::encodeRequest(dialect_, Request{.op = Op::kPing, .word = nonce}, out));
     std::uint32_t echo = 0;
     if (auto s = writeAll(out, until); !s.isOk()) {
       return s.withContext("connect(" + peer_ + "): handshake");
@@ -344,8 +349,9 @@ class TcpStore final : public Store {
     }
     out_.clear();
     if (!detail::encodeRequest(dialect_, request, out_)) {
-      return Status::invalidArgument(what + ": not part of the torch<=2.0 protocol this client "
-                                            "was configured to speak");
+      return Status::invalidArgument(what +
+                                     ": not part of the torch<=2.0 protocol this client "
+                                     "was configured to speak");
     }
     Status s = writeAll(out_, until);
     if (s.isOk() && readReply) {
@@ -387,10 +393,12 @@ class TcpStore final : public Store {
       drop();
       return s;
     }
-    const Status timedOut = Status::timeout(what + " on " + peer_ + ": not satisfied within " +
+    Status timedOut = Status::timeout(what + " on " + peer_ + ": not satisfied within " +
                                             std::to_string(timeout.count()) + "ms");
     const auto cancelDeadline = deadline();
-    Status c = writeAll(std::string(1, static_cast<char>(*detail::wireFromOp(dialect_, Op::kCancelWait))), cancelDeadline);
+    Status c =
+        writeAll(std::string(1, static_cast<char>(*detail::wireFromOp(dialect_, Op::kCancelWait))),
+                 cancelDeadline);
     if (c.isOk()) {
       c = readByte(reply, cancelDeadline);
     }
@@ -507,7 +515,8 @@ class TcpStore final : public Store {
       return s;
     }
     if (length < 0 || static_cast<std::uint64_t>(length) > kMaxReplyValue) {
-      return Status::protocol("reply value length " + std::to_string(static_cast<std::uint64_t>(length)) +
+      return Status::protocol("reply value length " +
+                              std::to_string(static_cast<std::uint64_t>(length)) +
                               " is over the client's limit");
     }
     const auto n = static_cast<std::size_t>(length);
@@ -519,7 +528,7 @@ class TcpStore final : public Store {
     return Status::ok();
   }
 
-  static constexpr std::size_t kReadChunk = 64 * 1024;
+  static constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
   static constexpr std::uint64_t kMaxReplyValue = 1ULL << 32;
 
   const ClientOptions options_;
@@ -537,8 +546,9 @@ class TcpStore final : public Store {
 
 Result<std::unique_ptr<Store>> connectStore(const ClientOptions& options) {
   if (options.port == 0) {
-    return Status::invalidArgument("connectStore: port 0 is not a store address; pass the port "
-                                   "the server reported");
+    return Status::invalidArgument(
+        "connectStore: port 0 is not a store address; pass the port "
+        "the server reported");
   }
   auto store = std::make_unique<TcpStore>(options);
   if (auto s = store->connect(); !s.isOk()) {

@@ -5,8 +5,8 @@
 using namespace std::chrono_literals;
 
 TEST_CASE("backoff without jitter grows geometrically up to its cap", "[unit][common]") {
-  dtrun::Backoff backoff({.initialInterval = 10ms, .maxInterval = 40ms, .multiplier = 2.0,
-                          .randomization = 0.0});
+  dtrun::Backoff backoff(
+      {.initialInterval = 10ms, .maxInterval = 40ms, .multiplier = 2.0, .randomization = 0.0});
   CHECK(backoff.nextDelay() == 10ms);
   CHECK(backoff.nextDelay() == 20ms);
   CHECK(backoff.nextDelay() == 40ms);
@@ -14,8 +14,8 @@ TEST_CASE("backoff without jitter grows geometrically up to its cap", "[unit][co
 }
 
 TEST_CASE("backoff jitter stays within the randomization band", "[unit][common]") {
-  dtrun::Backoff backoff({.initialInterval = 100ms, .maxInterval = 100ms, .multiplier = 1.0,
-                          .randomization = 0.5});
+  dtrun::Backoff backoff(
+      {.initialInterval = 100ms, .maxInterval = 100ms, .multiplier = 1.0, .randomization = 0.5});
   for (int i = 0; i < 100; ++i) {
     const auto delay = backoff.nextDelay();
     CHECK(delay >= 50ms);

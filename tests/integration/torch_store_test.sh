@@ -41,6 +41,9 @@ die() { echo "torch_store_test: FAIL: $*" >&2; exit 1; }
 # True while $1 runs (a zombie, exited but not yet reaped, counts as stopped).
 running() { [[ -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) != Z ]]; }
 
+# Describes exit status $1 (timeout(1) exits 124 when it had to stop the command).
+status_text() { if [[ $1 -eq 124 ]]; then echo "exited 124 (timed out)"; else echo "exited $1"; fi; }
+
 # Prints a file, minus torch's harmless "[W ..." warning lines.
 show() { grep -v '^\[W' "$1" || true; }
 
@@ -84,7 +87,7 @@ run_client() {  # $1 = scenario, $2 = script: runs it against $port in the foreg
   local out=$tmp/$1.client.log rc=0
   timeout "$STEP_TIMEOUT" "$PY" "$HERE/$2" "$port" >"$out" 2>&1 || rc=$?
   show "$out"
-  [[ $rc -eq 0 ]] || die "$1: $2 exited $rc$( [[ $rc -eq 124 ]] && echo ' (timed out)')"
+  [[ $rc -eq 0 ]] || die "$1: $2 $(status_text "$rc")"
 }
 
 run_gloo() {  # $1 = scenario, $2 = world size
@@ -103,7 +106,7 @@ run_gloo() {  # $1 = scenario, $2 = world size
     wait "${rank_pids[r]}" || rc=$?
     forget "${rank_pids[r]}"
     show "$tmp/$1.rank$r.log"
-    [[ $rc -eq 0 ]] || failed+=" rank $r exited $rc$( [[ $rc -eq 124 ]] && echo ' (timed out)');"
+    [[ $rc -eq 0 ]] || failed+=" rank $r $(status_text "$rc");"
   done
   [[ -z $failed ]] || die "$1: $n-rank gloo job:$failed"
 }

@@ -1,9 +1,9 @@
 // Hostile or broken clients: each must lose only its own connection while a well-behaved client
 // keeps being answered.
-#include <catch2/catch.hpp>
-
 #include <random>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 #include "protocol.h"
 #include "rendezvous/raw_client.h"
@@ -67,7 +67,8 @@ TEST_CASE("a 2^60 length closes the connection without allocating it",
   requireServing(*healthy, 0);
 }
 
-TEST_CASE("a value over the configured limit closes the connection", "[integration][rdzv][robustness]") {
+TEST_CASE("a value over the configured limit closes the connection",
+          "[integration][rdzv][robustness]") {
   dtrun::rdzv::ServerOptions options;
   options.maxValueLength = 1024;
   auto server = dtrun::testing::startServer(options);
@@ -84,7 +85,8 @@ TEST_CASE("a value over the configured limit closes the connection", "[integrati
   CHECK_FALSE(other->check(std::vector<std::string>{"big"}).value());
 }
 
-TEST_CASE("a half-sent frame followed by a close leaves no trace", "[integration][rdzv][robustness]") {
+TEST_CASE("a half-sent frame followed by a close leaves no trace",
+          "[integration][rdzv][robustness]") {
   auto server = dtrun::testing::startServer();
   auto healthy = dtrun::testing::connect(server->port());
   for (int i = 0; i < 50; ++i) {
@@ -110,7 +112,8 @@ TEST_CASE("a half-sent frame followed by a close leaves no trace", "[integration
   requireServing(*healthy, 2);
 }
 
-TEST_CASE("1,000 idle connections do not stop the server answering", "[integration][rdzv][robustness]") {
+TEST_CASE("1,000 idle connections do not stop the server answering",
+          "[integration][rdzv][robustness]") {
   auto server = dtrun::testing::startServer();
   std::vector<std::unique_ptr<RawClient>> idle;
   idle.reserve(1000);

@@ -1,13 +1,12 @@
 // Byte-exact replays: real torch 1.13 traffic recorded against torch's own TCPStore server
 // (tests/rendezvous/golden/*-torch.jsonl, one JSON object per chunk in the order a logging proxy
 // saw them) is sent to our server, which must answer with exactly the bytes torch's server did.
-#include <catch2/catch.hpp>
-
 #include <fstream>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/raw_client.h"
@@ -50,12 +49,13 @@ void replay(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("torch 1.13 client traffic gets torch's replies byte for byte", "[integration][rdzv][golden]") {
+TEST_CASE("torch 1.13 client traffic gets torch's replies byte for byte",
+          "[integration][rdzv][golden]") {
   // ops: set/get/add/wait/compare_set/num_keys/delete, a late wait and 1.13's timed-out wait.
   // check: CHECK and WATCH_KEY with its KEY_UPDATED and KEY_DELETED events.
   // gloo: a 2-rank gloo init_process_group with the agent store.
-  const auto name = GENERATE(as<std::string>{}, "ops-torch.jsonl", "check-torch.jsonl",
-                             "gloo-torch.jsonl");
+  const auto name =
+      GENERATE(as<std::string>{}, "ops-torch.jsonl", "check-torch.jsonl", "gloo-torch.jsonl");
   replay(name);
 }
 
@@ -103,39 +103,39 @@ TEST_CASE("a torch >= 2.2 conversation gets the replies upstream's server gives"
     c->send(Wire{}.op(0).u32(0x3C85F7CE).op(13).u32(0x12345678).bytes);
     expect(*c, Wire{}.u32(0x12345678));
   }
-  a.send(Wire{}.op(4).str("init/").u64(1).bytes);                      // ADD
+  a.send(Wire{}.op(4).str("init/").u64(1).bytes);  // ADD
   expect(a, Wire{}.u64(1));
-  a.send(Wire{}.op(1).str("/x").str("hello").bytes);                   // SET: no reply
-  a.send(Wire{}.op(3).str("/x").bytes);                                // GET
+  a.send(Wire{}.op(1).str("/x").str("hello").bytes);  // SET: no reply
+  a.send(Wire{}.op(3).str("/x").bytes);               // GET
   expect(a, Wire{}.str("hello"));
-  a.send(Wire{}.op(3).str("/missing").bytes);                          // GET missing: empty
+  a.send(Wire{}.op(3).str("/missing").bytes);  // GET missing: empty
   expect(a, Wire{}.str(""));
-  a.send(Wire{}.op(2).str("/x").str("hello").str("bye").bytes);        // COMPARE_SET
+  a.send(Wire{}.op(2).str("/x").str("hello").str("bye").bytes);  // COMPARE_SET
   expect(a, Wire{}.str("bye"));
-  a.send(Wire{}.op(9).str("/x").str("!").bytes);                       // APPEND
+  a.send(Wire{}.op(9).str("/x").str("!").bytes);                               // APPEND
   a.send(Wire{}.op(11).u64(2).str("/m1").str("1").str("/m2").str("2").bytes);  // MULTI_SET
-  a.send(Wire{}.op(10).u64(2).str("/x").str("/m2").bytes);             // MULTI_GET
+  a.send(Wire{}.op(10).u64(2).str("/x").str("/m2").bytes);                     // MULTI_GET
   expect(a, Wire{}.str("bye!").str("2"));
-  a.send(Wire{}.op(5).u64(2).str("/x").str("/nope").bytes);            // CHECK: NOT_READY
+  a.send(Wire{}.op(5).u64(2).str("/x").str("/nope").bytes);  // CHECK: NOT_READY
   expect(a, Wire{}.op(1));
-  a.send(Wire{}.op(6).u64(1).str("/late").bytes);                      // WAIT, pending
+  a.send(Wire{}.op(6).u64(1).str("/late").bytes);  // WAIT, pending
   b.send(Wire{}.op(1).str("/late").str("1").bytes);
-  expect(a, Wire{}.op(0));                                             // STOP_WAITING
+  expect(a, Wire{}.op(0));  // STOP_WAITING
   a.send(Wire{}.op(6).u64(1).str("/never").bytes);
-  a.send(Wire{}.op(12).bytes);                                         // CANCEL_WAIT
-  expect(a, Wire{}.op(1));                                             // WAIT_CANCELED only
-  a.send(Wire{}.op(14).str("/q").str("item").bytes);                   // QUEUE_PUSH
-  a.send(Wire{}.op(16).str("/q").bytes);                               // QUEUE_LEN
+  a.send(Wire{}.op(12).bytes);                        // CANCEL_WAIT
+  expect(a, Wire{}.op(1));                            // WAIT_CANCELED only
+  a.send(Wire{}.op(14).str("/q").str("item").bytes);  // QUEUE_PUSH
+  a.send(Wire{}.op(16).str("/q").bytes);              // QUEUE_LEN
   expect(a, Wire{}.u64(1));
-  a.send(Wire{}.op(15).str("/q").bytes);                               // QUEUE_POP
+  a.send(Wire{}.op(15).str("/q").bytes);  // QUEUE_POP
   expect(a, Wire{}.u64(1).str("item"));
   a.send(Wire{}.op(15).str("/q").bytes);
   expect(a, Wire{}.u64(0));
-  a.send(Wire{}.op(8).str("/m1").bytes);                               // DELETE_KEY
+  a.send(Wire{}.op(8).str("/m1").bytes);  // DELETE_KEY
   expect(a, Wire{}.u64(1));
-  a.send(Wire{}.op(7).bytes);                                          // GETNUMKEYS
-  expect(a, Wire{}.u64(4));                                            // init/ /x /m2 /late
-  a.send(Wire{}.op(17).bytes);                                         // LIST_KEYS, any order
+  a.send(Wire{}.op(7).bytes);   // GETNUMKEYS
+  expect(a, Wire{}.u64(4));     // init/ /x /m2 /late
+  a.send(Wire{}.op(17).bytes);  // LIST_KEYS, any order
   CHECK(hex(a.recv(8)) == hex(Wire{}.u64(4).bytes));
   std::set<std::string> listed;
   for (int i = 0; i < 4; ++i) {
@@ -144,14 +144,14 @@ TEST_CASE("a torch >= 2.2 conversation gets the replies upstream's server gives"
     listed.insert(a.recv(static_cast<unsigned char>(length[0])));
   }
   CHECK(listed == std::set<std::string>{"init/", "/x", "/m2", "/late"});
-  a.send(Wire{}.op(18).str("/bar").u64(2).bytes);                      // BARRIER, pending
+  a.send(Wire{}.op(18).str("/bar").u64(2).bytes);  // BARRIER, pending
   b.send(Wire{}.op(18).str("/bar").u64(2).bytes);
   expect(b, Wire{}.op(0));
   expect(a, Wire{}.op(0));
 
   // The same key space serves a torch 1.13 (legacy dialect) connection.
   RawClient legacy(server->port());
-  legacy.send(Wire{}.op(2).str("/x").bytes);                           // legacy GET
+  legacy.send(Wire{}.op(2).str("/x").bytes);  // legacy GET
   expect(legacy, Wire{}.str("bye!"));
 
   // A wrong magic, first or later, closes only that connection.

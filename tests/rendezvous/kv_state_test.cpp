@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "kv_state.h"
 
 #include <string>
 #include <vector>
 
-#include "kv_state.h"
+#include <catch2/catch.hpp>
 
 using namespace dtrun::rdzv::detail;
 
@@ -107,8 +107,7 @@ TEST_CASE("a pushed item wakes one blocked consumer; queues count as present", "
   CHECK(listener.released == std::vector<ClientId>{1, 2});
 }
 
-TEST_CASE("watchers see creations, updates and deletions with old and new values",
-          "[unit][rdzv]") {
+TEST_CASE("watchers see creations, updates and deletions with old and new values", "[unit][rdzv]") {
   RecordingListener listener;
   KvState kv(listener);
   kv.watch(7, "/a");

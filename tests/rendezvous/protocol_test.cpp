@@ -1,6 +1,7 @@
+#include "protocol.h"
+
 #include <catch2/catch.hpp>
 
-#include "protocol.h"
 #include "rendezvous/raw_client.h"
 
 using namespace dtrun::rdzv::detail;
@@ -46,7 +47,8 @@ TEST_CASE("every operation round-trips through encode and parse in each dialect"
 
       // Every strict prefix is incomplete, never an error: fragmentation is always accepted.
       for (std::size_t cut = 0; cut < wire.size(); ++cut) {
-        const auto partial = parseRequest(dialect, std::string_view(wire).substr(0, cut), Limits{}, out);
+        const auto partial =
+            parseRequest(dialect, std::string_view(wire).substr(0, cut), Limits{}, out);
         REQUIRE(partial.status == ParseStatus::kNeedMore);
         CHECK(partial.needed > cut);
       }
@@ -83,11 +85,11 @@ TEST_CASE("the newer dialect numbers operations as torch >= 2.2 does", "[unit][r
   REQUIRE(encodeRequest(Dialect::kV2, validate, wire));
   CHECK(hex(wire) == "00cef7853c");
   const std::pair<Op, int> expected[] = {
-      {Op::kSet, 1},        {Op::kCompareSet, 2}, {Op::kGet, 3},        {Op::kAdd, 4},
-      {Op::kCheck, 5},      {Op::kWait, 6},       {Op::kNumKeys, 7},    {Op::kDeleteKey, 8},
-      {Op::kAppend, 9},     {Op::kMultiGet, 10},  {Op::kMultiSet, 11},  {Op::kCancelWait, 12},
-      {Op::kPing, 13},      {Op::kQueuePush, 14}, {Op::kQueuePop, 15},  {Op::kQueueLen, 16},
-      {Op::kListKeys, 17},  {Op::kBarrier, 18}};
+      {Op::kSet, 1},       {Op::kCompareSet, 2}, {Op::kGet, 3},       {Op::kAdd, 4},
+      {Op::kCheck, 5},     {Op::kWait, 6},       {Op::kNumKeys, 7},   {Op::kDeleteKey, 8},
+      {Op::kAppend, 9},    {Op::kMultiGet, 10},  {Op::kMultiSet, 11}, {Op::kCancelWait, 12},
+      {Op::kPing, 13},     {Op::kQueuePush, 14}, {Op::kQueuePop, 15}, {Op::kQueueLen, 16},
+      {Op::kListKeys, 17}, {Op::kBarrier, 18}};
   for (const auto& [op, byte] : expected) {
     CHECK(wireFromOp(Dialect::kV2, op) == byte);
   }

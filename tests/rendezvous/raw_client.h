@@ -2,17 +2,17 @@
 // input): blocking socket with a receive timeout, loopback only.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
-
-#include <cstdint>
-#include <stdexcept>
-#include <string>
-#include <string_view>
 
 #include "dtrun/common.h"
 

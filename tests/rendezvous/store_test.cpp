@@ -1,9 +1,9 @@
 // Our C++ client (torch >= 2.2 dialect) against our server, over loopback.
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 #include "support/test_support.h"
 
@@ -135,14 +135,16 @@ TEST_CASE("connecting to a closed port fails at the deadline with a clear messag
   const auto took = std::chrono::steady_clock::now() - start;
   REQUIRE_FALSE(store.isOk());
   CHECK(store.status().code() == Errc::kConnection);
-  CHECK_THAT(store.status().message(), Catch::Contains("connect(127.0.0.1:" + std::to_string(port)));
+  CHECK_THAT(store.status().message(),
+             Catch::Contains("connect(127.0.0.1:" + std::to_string(port)));
   CHECK_THAT(store.status().message(), Catch::Contains("Connection refused"));
   CHECK_THAT(store.status().message(), Catch::Contains("attempts over 0.3s"));
   CHECK(took >= 250ms);
   CHECK(took < 5s);
 }
 
-TEST_CASE("a client reconnects on its next call after the connection broke", "[integration][rdzv]") {
+TEST_CASE("a client reconnects on its next call after the connection broke",
+          "[integration][rdzv]") {
   auto server = startServer();
   auto store = connect(server->port(), 2s);
   REQUIRE(store->set("k", "v").isOk());

@@ -2,16 +2,16 @@
 // reaped, and polling with a deadline. Not thread-safe unless a helper says so.
 #pragma once
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "dtrun/rendezvous.h"
 
@@ -27,8 +27,8 @@ inline std::unique_ptr<rdzv::StoreServer> startServer(rdzv::ServerOptions option
   return std::move(server).value();
 }
 
-inline std::unique_ptr<rdzv::Store> connect(std::uint16_t port,
-                                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+inline std::unique_ptr<rdzv::Store> connect(
+    std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   rdzv::ClientOptions options;
   options.port = port;
   options.timeout = timeout;

@@ -27,7 +27,8 @@ enum class Errc : std::uint8_t {
 std::string_view errcName(Errc code);
 
 // Outcome of an operation that can fail in an expected way. The message names the operation, the
-// peer and how far it got, e.g. "connect(10.1.2.3:29500): Connection refused (12 attempts over 30.0s)".
+// peer and how far it got, e.g. "connect(10.1.2.3:29500): Connection refused (12 attempts
+// over 30.0s)".
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -61,16 +62,14 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : state_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   [[nodiscard]] bool isOk() const { return std::holds_alternative<T>(state_); }
   [[nodiscard]] const T& value() const& { return std::get<T>(state_); }
   [[nodiscard]] T& value() & { return std::get<T>(state_); }
   [[nodiscard]] T&& value() && { return std::get<T>(std::move(state_)); }
-  [[nodiscard]] Status status() const {
-    return isOk() ? Status::ok() : std::get<Status>(state_);
-  }
+  [[nodiscard]] Status status() const { return isOk() ? Status::ok() : std::get<Status>(state_); }
 
  private:
   std::variant<T, Status> state_;

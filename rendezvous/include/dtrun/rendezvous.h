@@ -20,14 +20,19 @@ struct ServerOptions {
   // "" listens on every address, IPv6 and IPv4 (dual-stack "::", falling back to 0.0.0.0).
   std::string host;
   std::uint16_t port = 0;  // 0 = any free port; port() reports the bound one
-  std::size_t maxKeyLength = 8 * 1024;
-  std::size_t maxValueLength = 8 * 1024 * 1024;
-  std::size_t maxKeysPerRequest = 128 * 1024;
+  std::size_t maxKeyLength = std::size_t{8} * 1024;
+  std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
+  std::size_t maxKeysPerRequest = std::size_t{128} * 1024;
 };
 
 // Serves the store on a background thread until destroyed (or stop()).
 class StoreServer {
  public:
+  StoreServer() = default;
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  StoreServer(StoreServer&&) = delete;
+  StoreServer& operator=(StoreServer&&) = delete;
   virtual ~StoreServer() = default;
   [[nodiscard]] static Result<std::unique_ptr<StoreServer>> start(const ServerOptions& options);
 
@@ -58,6 +63,11 @@ using Bytes = std::string;
 // "wait([a, b]) on 127.0.0.1:29500: no reply within 300ms".
 class Store {
  public:
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  Store(Store&&) = delete;
+  Store& operator=(Store&&) = delete;
   virtual ~Store() = default;
 
   virtual Status set(std::string_view key, std::string_view value) = 0;
