@@ -66,6 +66,10 @@ class AsioStoreServer final : public StoreServer {
         acceptor_(io_),
         retryTimer_(io_) {}
 
+  AsioStoreServer(const AsioStoreServer&) = delete;
+  AsioStoreServer& operator=(const AsioStoreServer&) = delete;
+  AsioStoreServer(AsioStoreServer&&) = delete;
+  AsioStoreServer& operator=(AsioStoreServer&&) = delete;
   ~AsioStoreServer() override { stop(); }
 
   Status listen(const ServerOptions& options) {
