@@ -1,0 +1,69 @@
+// The per-node agent: hosts the store, starts the local worker group with torchrun's environment,
+// watches it through one event loop, restarts it on failure and reports the root cause.
+// run() owns the calling thread until the job ends; call it from main() after blocking signals.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrun::agent {
+
+// Which standard streams of a worker go to its log files (torchrun's -r/--redirects and
+// -t/--tee values: 0 none, 1 stdout, 2 stderr, 3 both).
+enum class Streams : std::uint8_t { kNone = 0, kOut = 1, kErr = 2, kBoth = 3 };
+
+// One setting for every local rank ("3"), or per local rank ("0:3,1:1", any number of digits).
+struct StreamSelection {
+  Streams all = Streams::kNone;
+  std::map<int, Streams> perRank;  // when non-empty, local ranks not listed get kNone
+  [[nodiscard]] Streams forRank(int localRank) const {
+    if (perRank.empty()) {
+      return all;
+    }
+    const auto it = perRank.find(localRank);
+    return it == perRank.end() ? Streams::kNone : it->second;
+  }
+};
+
+struct AgentConfig {
+  // What every worker runs. command[0] is a path, or a name looked up in PATH; the literal
+  // "${local_rank}" in any element is replaced by the worker's local rank.
+  std::vector<std::string> command;
+  std::string entrypointName;  // how logs and the failure report name the program
+  int nprocPerNode = 1;
+  std::string role = "default";
+  std::string runId;  // never empty: the launcher generates one when the user gave none
+  int maxRestarts = 0;
+  std::chrono::milliseconds shutdownTimeout{30000};  // SIGTERM -> SIGKILL grace
+  // Signals that stop the job: forwarded to every worker group, then dtrun exits 128+signal.
+  std::vector<int> signalsToHandle;
+  std::string signalsToHandleText;  // as given, exported as TORCHELASTIC_SIGNALS_TO_HANDLE
+
+  // The agent's store, which workers find at MASTER_ADDR:MASTER_PORT. Port 0 picks a free port
+  // (the bound one is what workers get; nothing is bound and released).
+  std::string storeListenHost;  // "" = every address
+  std::uint16_t storePort = 0;
+  std::string masterAddr = "127.0.0.1";
+
+  std::string logDir;  // "" = a fresh directory under $TMPDIR, whose path is printed once
+  StreamSelection redirects;
+  StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
+  std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
+
+  // Set in every worker's environment unless the agent's environment already has them
+  // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
+  std::vector<std::pair<std::string, std::string>> defaultEnv;
+};
+
+// Runs the job on this node and returns dtrun's exit code: 0 when every worker succeeded; the
+// root cause's exit code (128 + signal for a signal) once restarts ran out; 128 + signal when a
+// handled signal stopped the job.
+int run(const AgentConfig& config);
+
+}  // namespace dtrun::agent
