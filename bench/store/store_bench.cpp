@@ -11,19 +11,12 @@
 //
 // Usage: store_bench --port P [--clients N] [--op set|get|add|waitset] [--duration-ms D]
 //                    [--warmup-ms W] [--value-bytes B] [--label L] [--dialect legacy|v2]
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <exception>
 #include <iostream>
@@ -31,7 +24,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -186,9 +186,8 @@ class Client {
     if (auto s = drain(); !s.isOk()) {
       return s;
     }
-    const auto capacity = static_cast<std::size_t>(kMaxOpsPerSecondPerClient *
-                                                   static_cast<std::uint64_t>(options_.durationMs) /
-                                                   1000);
+    const auto capacity = static_cast<std::size_t>(
+        kMaxOpsPerSecondPerClient * static_cast<std::uint64_t>(options_.durationMs) / 1000);
     latencies_.reserve(std::max<std::size_t>(capacity, 1024));
     return dtrun::Status::ok();
   }
@@ -277,9 +276,9 @@ class Client {
     if (!present.isOk()) {
       return present.status();
     }
-    return present.value() ? dtrun::Status::ok()
-                           : dtrun::Status::protocol("check(" + lastSetKey_ +
-                                                     ") after set: key missing");
+    return present.value()
+               ? dtrun::Status::ok()
+               : dtrun::Status::protocol("check(" + lastSetKey_ + ") after set: key missing");
   }
 
   const BenchOptions& options_;
@@ -388,7 +387,8 @@ int runParent(const BenchOptions& options, BenchOp op) {
     }
     const pid_t pid = ::fork();
     if (pid < 0) {
-      std::cerr << "store_bench: fork: " << std::strerror(errno) << "\n";
+      // Children forked so far die with this process (PR_SET_PDEATHSIG).
+      std::cerr << "store_bench: fork: " << std::system_category().message(errno) << "\n";
       return 1;
     }
     if (pid == 0) {
@@ -431,13 +431,12 @@ int runParent(const BenchOptions& options, BenchOp op) {
     signal.stopNs = signal.startNs + std::int64_t{options.durationMs} * 1'000'000;
   }
   const std::vector<StartSignal> signals(clients, signal);
-  static_cast<void>(writeAll(start.value().write.get(), signals.data(),
-                             signals.size() * sizeof(StartSignal)));
+  static_cast<void>(
+      writeAll(start.value().write.get(), signals.data(), signals.size() * sizeof(StartSignal)));
   start.value().write.reset();
 
   // Collect reports. stopNs == 0 tells children not to measure: they report at once.
-  const std::int64_t reportDeadline =
-      std::max(signal.stopNs, nowNs()) + callNs + 5'000'000'000LL;
+  const std::int64_t reportDeadline = std::max(signal.stopNs, nowNs()) + callNs + 5'000'000'000LL;
   std::vector<std::uint32_t> all;
   std::uint64_t totalOps = 0;
   std::int64_t firstStart = INT64_MAX;
@@ -490,7 +489,7 @@ int runParent(const BenchOptions& options, BenchOp op) {
       options.label.c_str(), options.op.c_str(), options.clients,
       static_cast<unsigned long long>(totalOps), windowS, opsPerS, percentileUs(all, 0.50),
       percentileUs(all, 0.99), all.empty() ? 0.0 : all.back() / 1000.0, all.size(), errors);
-  std::fflush(stdout);
+  static_cast<void>(std::fflush(stdout));
   if (errors > 0) {
     std::cerr << "store_bench: " << errors << " of " << clients
               << " clients failed; first: " << firstError << "\n";
@@ -503,7 +502,8 @@ int runParent(const BenchOptions& options, BenchOp op) {
 
 int main(int argc, char** argv) {
   try {
-    CLI::App app{"store_bench: ops/s and latency of a TCPStore-compatible server, N client processes"};
+    CLI::App app{
+        "store_bench: ops/s and latency of a TCPStore-compatible server, N client processes"};
     BenchOptions options;
     app.add_option("--host", options.host, "Server address")->capture_default_str();
     app.add_option("--port", options.port, "Server port")->required()->check(CLI::Range(1, 65535));

@@ -59,7 +59,8 @@ struct Limits {
   std::size_t maxKeyLength = std::size_t{8} * 1024;
   std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
   std::size_t maxKeysPerRequest = std::size_t{128} * 1024;
-  std::size_t maxRequestBytes = std::size_t{64} * 1024 * 1024;  // all fields of one request together
+  std::size_t maxRequestBytes =
+      std::size_t{64} * 1024 * 1024;  // all fields of one request together
 };
 
 // Views into the parsed bytes: valid only as long as the input buffer is unchanged.

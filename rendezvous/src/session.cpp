@@ -70,6 +70,8 @@ Session::Session(asio::ip::tcp::socket socket, ClientId id, ServerCore& core)
 
 void Session::start() {
   log::rdzv().debug("client {} connected from {}", id_, peer_);
+  error_code ec;
+  socket_.non_blocking(true, ec);  // flush() writes directly and must never block the loop
   readSome();
 }
 
@@ -281,6 +283,20 @@ void Session::flush() {
   if (writing_ || outPending_.empty() || closed_) {
     return;
   }
+  // Replies are small and the socket buffer is almost always free: send directly, and leave
+  // only what did not fit to an asynchronous write (saves a completion handler per reply).
+  error_code sendError;
+  const std::size_t sent = socket_.write_some(asio::buffer(outPending_), sendError);
+  if (sendError && sendError != asio::error::would_block && sendError != asio::error::try_again) {
+    close("write failed: " + sendError.message(),
+          sendError != asio::error::broken_pipe && sendError != asio::error::connection_reset);
+    return;
+  }
+  if (sent == outPending_.size()) {
+    outPending_.clear();
+    return;
+  }
+  outPending_.erase(0, sent);
   writing_ = true;
   outWriting_.clear();
   std::swap(outWriting_, outPending_);

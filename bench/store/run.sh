@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Store benchmark matrix: {set, get, add, waitset} x {1, 16, 64} client processes against
+#   dtrun      - our server (`dtrun store`), and
+#   torch-1.13 - torch's own TCPStore server (torch_store_server.py under Debian's torch 1.13),
+# both driven by the SAME client program (store_bench, our C++ client in the torch <= 2.0 dialect,
+# the only one torch 1.13's server speaks). Prints one table. Builds nothing; measures, asserts
+# nothing.
+#
+# Usage: bench/store/run.sh [DTRUN_BINARY] [STORE_BENCH_BINARY]
+#   defaults: build/launcher/dtrun build/bench/store/store_bench (relative to the repo root)
+# Environment:
+#   DURATION_MS=1500  measured window per cell     WARMUP_MS=200  unmeasured ops before it
+#   REPEATS=1         runs per cell; the table shows the run with the median dtrun/torch ops/s
+#   OPS="set get add waitset"  CLIENTS="1 16 64"  PYTHON=/usr/bin/python3 (must have torch)
+#   RAW=FILE          also append every store_bench result line to FILE
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+dtrun=${1:-$repo/build/launcher/dtrun}
+bench=${2:-$repo/build/bench/store/store_bench}
+duration_ms=${DURATION_MS:-1500}
+warmup_ms=${WARMUP_MS:-200}
+repeats=${REPEATS:-1}
+ops=${OPS:-set get add waitset}
+clients_list=${CLIENTS:-1 16 64}
+python=${PYTHON:-/usr/bin/python3}
+torch_server=$repo/bench/store/torch_store_server.py
+
+for tool in "$dtrun" "$bench"; do
+  if [[ ! -x $tool ]]; then
+    echo "run.sh: $tool is not built; run: ninja -C build dtrun store_bench" >&2
+    exit 2
+  fi
+done
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "run.sh: $python cannot import torch (Debian's /usr/bin/python3 has torch 1.13)" >&2
+  exit 2
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/store_bench.XXXXXX")
+dtrun_pid=""
+torch_pid=""
+
+# Stops one server by its pid (never by name) and reaps it; SIGKILL after 5 s.
+stop_pid() {
+  local pid=$1
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  stop_pid "$dtrun_pid"
+  stop_pid "$torch_pid"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Waits (10 s at most) for a server's port file; prints the port.
+wait_port() {
+  local file=$1 pid=$2
+  for _ in $(seq 200); do
+    if [[ -s $file ]]; then
+      cat "$file"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "run.sh: no port in $file (server pid $pid)" >&2
+  return 1
+}
+
+start_servers() {
+  rm -f "$work/dtrun.port" "$work/torch.port"
+  # `timeout` bounds the server's life if this script is SIGKILLed; it passes SIGTERM on.
+  timeout 900 "$dtrun" store --host 127.0.0.1 --port 0 --port-file "$work/dtrun.port" \
+    --log-level warn >"$work/dtrun.log" 2>&1 &
+  dtrun_pid=$!
+  "$python" "$torch_server" "$work/torch.port" --max-seconds 900 >"$work/torch.log" 2>&1 &
+  torch_pid=$!
+  dtrun_port=$(wait_port "$work/dtrun.port" "$dtrun_pid")
+  torch_port=$(wait_port "$work/torch.port" "$torch_pid")
+}
+
+stop_servers() {
+  stop_pid "$dtrun_pid"
+  stop_pid "$torch_pid"
+  dtrun_pid=""
+  torch_pid=""
+}
+
+# field NAME LINE: the value of NAME=... in a store_bench result line.
+field() {
+  local name=$1 line=$2
+  sed -n "s/.* $name=\([^ ]*\).*/\1/p" <<<"$line"
+}
+
+results=$work/results  # server op clients rep ops_per_s p50_us p99_us
+: >"$results"
+
+echo "store bench: ops {$ops} x clients {$clients_list} x {dtrun, torch-1.13}," \
+  "${duration_ms} ms per cell, $repeats run(s) each, $(nproc) CPUs," \
+  "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for op in $ops; do
+  # Fresh servers per op, so no op runs against another's keys.
+  start_servers
+  for clients in $clients_list; do
+    for rep in $(seq "$repeats"); do
+      # Interleaved, so background noise lands on both servers alike.
+      for server in dtrun torch-1.13; do
+        port=$dtrun_port
+        [[ $server == dtrun ]] || port=$torch_port
+        line=$("$bench" --port "$port" --clients "$clients" --op "$op" \
+          --duration-ms "$duration_ms" --warmup-ms "$warmup_ms" --label "$server") || {
+          echo "run.sh: store_bench failed: $server $op $clients clients: $line" >&2
+          exit 1
+        }
+        [[ -z ${RAW:-} ]] || echo "$line" >>"$RAW"
+        echo "  $line" >&2
+        echo "$server $op $clients $rep $(field ops_per_s "$line") $(field p50_us "$line")" \
+          "$(field p99_us "$line")" >>"$results"
+      done
+    done
+  done
+  stop_servers
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# The run with the median ops/s of one (server, op, clients) cell: "ops_per_s p50 p99".
+median_run() {
+  awk -v s="$1" -v o="$2" -v c="$3" '$1 == s && $2 == o && $3 == c {print $5, $6, $7}' \
+    "$results" | sort -n | awk '{row[NR] = $0} END {print row[int((NR + 1) / 2)]}'
+}
+
+echo
+printf '%-8s %7s | %10s %17s | %10s %17s | %11s\n' op clients "dtrun op/s" "dtrun p50/p99 µs" \
+  "torch op/s" "torch p50/p99 µs" "dtrun/torch"
+printf '%s\n' "-------------------------------------------------------------------------------------------------"
+for op in $ops; do
+  for clients in $clients_list; do
+    read -r d_ops d_p50 d_p99 <<<"$(median_run dtrun "$op" "$clients")"
+    read -r t_ops t_p50 t_p99 <<<"$(median_run torch-1.13 "$op" "$clients")"
+    ratio=$(awk -v a="$d_ops" -v b="$t_ops" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')
+    printf '%-8s %7s | %10s %17s | %10s %17s | %11s\n' "$op" "$clients" "$d_ops" \
+      "$d_p50/$d_p99" "$t_ops" "$t_p50/$t_p99" "$ratio"
+  done
+done
+cat <<'EOF'
+
+set: fire-and-forget on the wire (no reply); op/s counts the window plus one round trip after it
+     (so the server has applied every set), latency is the client's call (bytes handed to the kernel).
+get: Store::get = WAIT then GET, two round trips per op, as torch's own client does.
+add: one counter key shared by all clients (the hot-key path).
+waitset: one pair = set(ws/<client>/<i>) + wait on it; op/s are pairs/s, latency per pair.
+EOF
