@@ -79,6 +79,7 @@ class ChildGuard {
       static_cast<void>(wait());
     }
   }
+  [[nodiscard]] pid_t pid() const { return pid_; }
   // Exit code, or 128 + signal.
   int wait() {
     int status = 0;

@@ -1,0 +1,458 @@
+// The agent's event loop: one thread, one io_context over a signalfd, one pidfd per worker, the
+// workers' output pipes and the shutdown-grace timer. Nothing sleeps or polls.
+#include <utility>  // before Asio (Boost 1.74 under C++20)
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "child_process.h"
+#include "dtrun/agent.h"
+#include "dtrun/rendezvous.h"
+#include "failure_report.h"
+#include "log.h"
+#include "output_pump.h"
+#include "worker_env.h"
+
+extern char** environ;  // NOLINT: POSIX declares it nowhere
+
+namespace dtrun::agent {
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using detail::ChildProcess;
+using detail::ExitStatus;
+using detail::WorkerFailure;
+
+constexpr int kExitCannotRun = 127;
+constexpr std::size_t kStderrTailLines = 20;
+
+std::vector<std::string> environSnapshot() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    out.emplace_back(*e);
+  }
+  return out;
+}
+
+std::string envValue(const std::vector<std::string>& env, const std::string& name) {
+  const std::string prefix = name + "=";
+  for (const auto& entry : env) {
+    if (entry.rfind(prefix, 0) == 0) {
+      return entry.substr(prefix.size());
+    }
+  }
+  return {};
+}
+
+std::string hostName() {
+  std::array<char, 256> buffer{};
+  if (::gethostname(buffer.data(), buffer.size() - 1) != 0) {
+    return "localhost";
+  }
+  return buffer.data();
+}
+
+UniqueFd openLog(const fs::path& path) {
+  return UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+}
+
+struct Worker {
+  int localRank = 0;
+  int rank = 0;
+  fs::path dir;
+  std::optional<ChildProcess> child;
+  std::unique_ptr<asio::posix::stream_descriptor> exitWatch;  // a dup of the pidfd
+  std::unique_ptr<detail::OutputPump> out;
+  std::unique_ptr<detail::OutputPump> err;
+  std::optional<ExitStatus> status;
+};
+
+enum class StopReason : std::uint8_t { kNone, kFailure, kSignal };
+
+class Agent {
+ public:
+  explicit Agent(const AgentConfig& config)
+      : config_(config), graceTimer_(io_), inheritedEnv_(environSnapshot()), host_(hostName()) {}
+
+  int run() {
+    if (auto s = prepare(); !s.isOk()) {
+      std::cerr << "dtrun: " << s.message() << "\n";
+      return s.code() == Errc::kNotFound ? kExitCannotRun : 1;
+    }
+    watchSignals();
+    startGroup();
+    io_.run();
+    workers_.clear();  // kills and reaps anything still running (only on an internal error)
+    return exitCode_;
+  }
+
+ private:
+  Status prepare() {
+    // Handled signals and SIGCHLD arrive through a signalfd; block them before the store's
+    // thread exists so that it inherits the mask.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    for (const int sig : config_.signalsToHandle) {
+      sigaddset(&set, sig);
+    }
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signalFd_ = UniqueFd(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+    if (!signalFd_.valid()) {
+      return Status::system("signalfd", errno);
+    }
+    ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the agent; workers reset it
+    // Orphaned grandchildren are re-parented here instead of to init, so they can be reaped.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    if (config_.command.empty()) {
+      return Status::invalidArgument("no entrypoint to run");
+    }
+    executable_ = detail::findExecutable(config_.command[0], envValue(inheritedEnv_, "PATH"));
+    if (executable_.empty()) {
+      return Status::error(Errc::kNotFound,
+                           "cannot run " + config_.command[0] + ": not found in PATH");
+    }
+
+    rdzv::ServerOptions storeOptions;
+    storeOptions.host = config_.storeListenHost;
+    storeOptions.port = config_.storePort;
+    auto store = rdzv::StoreServer::start(storeOptions);
+    if (!store.isOk()) {
+      return Status::connection("cannot start the store: " + store.status().message() +
+                                (config_.storePort != 0
+                                     ? " (choose another --master_port, or omit it for a free port)"
+                                     : ""));
+    }
+    store_ = std::move(store).value();
+    return prepareRunDir();
+  }
+
+  Status prepareRunDir() {
+    std::error_code ec;
+    fs::path base = config_.logDir;
+    if (base.empty()) {
+      const std::string tmp = envValue(inheritedEnv_, "TMPDIR");
+      std::string pattern = (tmp.empty() ? "/tmp" : tmp) + "/dtrun-XXXXXX";
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        return Status::system("mkdtemp(" + pattern + ")", errno);
+      }
+      base = pattern;
+    }
+    // A run id used before under the same log dir gets a fresh directory: logs are never lost.
+    fs::path dir = base / config_.runId;
+    for (int n = 2; fs::exists(dir, ec) && !fs::is_empty(dir, ec); ++n) {
+      dir = base / (config_.runId + "-" + std::to_string(n));
+    }
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return Status::invalidArgument("--log_dir: cannot create " + dir.string() + ": " +
+                                     ec.message());
+    }
+    runDir_ = dir;
+    log::agent().info("per-rank logs in {}", runDir_.string());
+    return Status::ok();
+  }
+
+  void watchSignals() {
+    signalWatch_ = std::make_unique<asio::posix::stream_descriptor>(io_, ::dup(signalFd_.get()));
+    armSignalWatch();
+  }
+
+  void armSignalWatch() {
+    signalWatch_->async_wait(asio::posix::descriptor_base::wait_read,
+                             [this](const boost::system::error_code& ec) {
+                               if (ec) {
+                                 return;
+                               }
+                               signalfd_siginfo info{};
+                               while (::read(signalFd_.get(), &info, sizeof info) ==
+                                      static_cast<ssize_t>(sizeof info)) {
+                                 onSignal(static_cast<int>(info.ssi_signo));
+                               }
+                               armSignalWatch();
+                             });
+  }
+
+  void onSignal(int sig) {
+    if (sig == SIGCHLD) {
+      reapAvailable();
+      return;
+    }
+    if (stopReason_ == StopReason::kSignal && sig == SIGINT) {
+      log::agent().warn("second SIGINT: killing every worker now");
+      signalAll(SIGKILL);
+      return;
+    }
+    log::agent().warn("received {}: forwarding it to every worker and stopping",
+                      detail::signalName(sig));
+    stopReason_ = StopReason::kSignal;
+    stopSignal_ = sig;
+    beginStop(sig);
+  }
+
+  void startGroup() {
+    const fs::path attemptDir = runDir_ / ("attempt_" + std::to_string(restartCount_));
+    std::error_code ec;
+    fs::create_directories(attemptDir, ec);
+    workers_.clear();
+    workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+    stopReason_ = StopReason::kNone;
+    failures_.clear();
+    for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+      Worker& w = workers_[static_cast<std::size_t>(localRank)];
+      w.localRank = localRank;
+      w.rank = localRank;  // one node: global rank = local rank
+      w.dir = attemptDir / std::to_string(w.rank);
+      fs::create_directories(w.dir, ec);
+      if (auto s = spawnWorker(w); !s.isOk()) {
+        std::cerr << "dtrun: " << s.message() << "\n";
+        exitCode_ = s.code() == Errc::kNotFound ? kExitCannotRun : 1;
+        stopReason_ = StopReason::kSignal;  // not a worker failure: no restart, no report
+        beginStop(SIGKILL);
+        if (allExited()) {  // nothing was started: nothing will be reaped
+          asio::post(io_, [this] { onAllExited(); });
+        }
+        return;
+      }
+    }
+    log::agent().info("attempt {}: started {} worker(s) of {}", restartCount_,
+                      config_.nprocPerNode, config_.entrypointName);
+  }
+
+  Status spawnWorker(Worker& w) {
+    std::array<int, 2> outPipe{-1, -1};
+    std::array<int, 2> errPipe{-1, -1};
+    if (::pipe2(outPipe.data(), O_CLOEXEC) != 0 || ::pipe2(errPipe.data(), O_CLOEXEC) != 0) {
+      return Status::system("pipe2", errno);
+    }
+    UniqueFd outRead(outPipe[0]);
+    UniqueFd outWrite(outPipe[1]);
+    UniqueFd errRead(errPipe[0]);
+    UniqueFd errWrite(errPipe[1]);
+
+    detail::WorkerPlacement placement;
+    placement.localRank = w.localRank;
+    placement.rank = w.rank;
+    placement.worldSize = config_.nprocPerNode;
+    placement.restartCount = restartCount_;
+    placement.masterAddr = config_.masterAddr;
+    placement.masterPort = store_->port();
+    placement.errorFile = (w.dir / "error.json").string();
+    placement.logDir = w.dir.string();
+
+    detail::SpawnRequest request;
+    request.path = executable_;
+    request.argv = detail::substituteLocalRank(config_.command, w.localRank);
+    request.env = detail::workerEnvironment(inheritedEnv_, config_, placement);
+    request.stdoutFd = outWrite.get();
+    request.stderrFd = errWrite.get();
+    auto child = ChildProcess::spawn(request);
+    if (!child.isOk()) {
+      return child.status();
+    }
+    w.child.emplace(std::move(child).value());
+    w.out = makePump(w, std::move(outRead), Streams::kOut, "stdout.log", STDOUT_FILENO);
+    w.err = makePump(w, std::move(errRead), Streams::kErr, "stderr.log", STDERR_FILENO);
+    w.exitWatch = std::make_unique<asio::posix::stream_descriptor>(
+        io_, ::fcntl(w.child->exitFd(), F_DUPFD_CLOEXEC, 0));
+    w.exitWatch->async_wait(asio::posix::descriptor_base::wait_read,
+                            [this](const boost::system::error_code& ec) {
+                              if (!ec) {
+                                reapAvailable();
+                              }
+                            });
+    return Status::ok();
+  }
+
+  std::unique_ptr<detail::OutputPump> makePump(const Worker& w, UniqueFd pipe, Streams stream,
+                                               const char* fileName, int consoleFd) {
+    const auto has = [stream](Streams s) {
+      return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
+    };
+    const bool tee = has(config_.tee.forRank(w.localRank));
+    const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
+    const bool shown =
+        !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
+    detail::ConsoleMode mode = detail::ConsoleMode::kNone;
+    if (shown && tee) {
+      mode = detail::ConsoleMode::kPrefixed;
+    } else if (shown && !redirected) {
+      mode = detail::ConsoleMode::kRaw;
+    }
+    // Every stream lands in the rank's log file, redirected or not.
+    auto pump = std::make_unique<detail::OutputPump>(
+        io_, std::move(pipe), openLog(w.dir / fileName), mode, consoleFd,
+        "[" + config_.role + std::to_string(w.localRank) + "]:");
+    pump->start();
+    return pump;
+  }
+
+  // Reaps every child that exited: workers (whose status is handled) and orphaned grandchildren
+  // re-parented to this subreaper. Peeks first so that a worker is only ever reaped as itself.
+  void reapAvailable() {
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) {
+        return;
+      }
+      Worker* worker = nullptr;
+      for (auto& w : workers_) {
+        if (w.child && w.child->pid() == info.si_pid && w.child->running()) {
+          worker = &w;
+        }
+      }
+      if (worker == nullptr) {
+        int ignored = 0;
+        ::waitpid(info.si_pid, &ignored, WNOHANG);
+        continue;
+      }
+      if (auto status = worker->child->tryReap()) {
+        onWorkerExited(*worker, *status);
+      }
+    }
+  }
+
+  void onWorkerExited(Worker& w, ExitStatus status) {
+    w.status = status;
+    log::agent().debug("rank {} (pid {}) exited: {}", w.rank, w.child->pid(), status.describe());
+    if (stopReason_ == StopReason::kNone && !status.success()) {
+      WorkerFailure failure;
+      failure.rank = w.rank;
+      failure.localRank = w.localRank;
+      failure.pid = w.child->pid();
+      failure.status = status;
+      failure.time = std::chrono::system_clock::now();
+      failures_.push_back(failure);
+      log::agent().warn("rank {} (pid {}) failed: {}; stopping the worker group", w.rank,
+                        failure.pid, status.describe());
+      stopReason_ = StopReason::kFailure;
+      beginStop(SIGTERM);
+    }
+    if (allExited()) {
+      onAllExited();
+    }
+  }
+
+  void signalAll(int sig) {
+    for (auto& w : workers_) {
+      if (w.child && w.child->running()) {
+        w.child->signalGroup(sig);
+      }
+    }
+  }
+
+  void beginStop(int sig) {
+    signalAll(sig);
+    graceTimer_.expires_after(config_.shutdownTimeout);
+    graceTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) {
+        return;
+      }
+      log::agent().warn("workers still running {} ms after the stop signal: sending SIGKILL",
+                        config_.shutdownTimeout.count());
+      signalAll(SIGKILL);
+    });
+  }
+
+  // True once every worker that was started has been reaped.
+  [[nodiscard]] bool allExited() const {
+    return std::all_of(workers_.begin(), workers_.end(),
+                       [](const Worker& w) { return !w.child || w.status.has_value(); });
+  }
+
+  void onAllExited() {
+    if (finished_ || !allExited()) {
+      return;
+    }
+    graceTimer_.cancel();
+    for (auto& w : workers_) {
+      if (w.child) {
+        w.child->signalGroup(SIGKILL);  // whatever the worker left behind in its group
+      }
+      if (w.out) {
+        w.out->drainAndStop();
+      }
+      if (w.err) {
+        w.err->drainAndStop();
+      }
+    }
+    if (stopReason_ == StopReason::kSignal) {
+      finish(exitCode_ != 0 ? exitCode_ : 128 + stopSignal_);
+      return;
+    }
+    if (failures_.empty()) {
+      log::agent().info("all {} worker(s) succeeded", workers_.size());
+      finish(0);
+      return;
+    }
+    for (auto& failure : failures_) {
+      const fs::path dir = workers_[static_cast<std::size_t>(failure.localRank)].dir;
+      if (!detail::readErrorFile((dir / "error.json").string(), failure)) {
+        failure.message = detail::tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
+      }
+    }
+    const WorkerFailure& root = failures_.front();
+    if (restartCount_ < config_.maxRestarts) {
+      ++restartCount_;
+      log::agent().warn("restarting the worker group (restart {} of {}) after rank {} failed: {}",
+                        restartCount_, config_.maxRestarts, root.rank, root.status.describe());
+      startGroup();
+      return;
+    }
+    std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);
+    finish(root.status.shellCode());
+  }
+
+  void finish(int code) {
+    finished_ = true;
+    exitCode_ = code;
+    io_.stop();
+  }
+
+  const AgentConfig& config_;
+  asio::io_context io_;
+  asio::steady_timer graceTimer_;
+  const std::vector<std::string> inheritedEnv_;
+  const std::string host_;
+  std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group
+  UniqueFd signalFd_;
+  std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;
+  std::string executable_;
+  fs::path runDir_;
+  std::vector<Worker> workers_;
+  std::vector<WorkerFailure> failures_;
+  int restartCount_ = 0;
+  StopReason stopReason_ = StopReason::kNone;
+  int stopSignal_ = 0;
+  int exitCode_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+int run(const AgentConfig& config) {
+  Agent agent(config);
+  return agent.run();
+}
+
+}  // namespace dtrun::agent

@@ -1,0 +1,204 @@
+#include "child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <system_error>
+
+namespace dtrun::agent::detail {
+namespace {
+
+constexpr int kExitParentGone = 126;
+
+int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+int pidfdSendSignal(int pidfd, int signal) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0));
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only (no allocation, no
+// logging, no exceptions).
+[[noreturn]] void execChild(const SpawnRequest& request, char* const* argv, char* const* envp,
+                            int errorPipe, pid_t parent) {
+  ::setpgid(0, 0);  // own group: killpg() reaches the worker's own children
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) {  // the agent died before prctl took effect
+    ::_exit(kExitParentGone);
+  }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent's blocked mask would survive exec
+  for (int sig = 1; sig < NSIG; ++sig) {
+    ::signal(sig, SIG_DFL);
+  }
+  if (request.stdoutFd >= 0) {
+    ::dup2(request.stdoutFd, STDOUT_FILENO);
+  }
+  if (request.stderrFd >= 0) {
+    ::dup2(request.stderrFd, STDERR_FILENO);
+  }
+  ::execve(request.path.c_str(), argv, envp);
+  const int err = errno;
+  [[maybe_unused]] const ssize_t written = ::write(errorPipe, &err, sizeof err);
+  ::_exit(127);
+}
+
+std::vector<char*> pointers(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) {
+    out.push_back(const_cast<char*>(s.c_str()));  // NOLINT: execve's signature predates const
+  }
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::string signalName(int signal) {
+  static constexpr std::array<std::pair<int, const char*>, 16> kNames = {{
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+  }};
+  for (const auto& [number, name] : kNames) {
+    if (number == signal) {
+      return name;
+    }
+  }
+  return "signal " + std::to_string(signal);
+}
+
+std::string ExitStatus::describe() const {
+  if (signaled) {
+    return "signal " + std::to_string(code) + " (" + signalName(code) + ")";
+  }
+  return "exit code " + std::to_string(code);
+}
+
+std::string findExecutable(const std::string& name, const std::string& pathVariable) {
+  if (name.find('/') != std::string::npos) {
+    return name;
+  }
+  std::stringstream dirs(pathVariable);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return {};
+}
+
+Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
+  std::array<int, 2> errorPipe{-1, -1};
+  if (::pipe2(errorPipe.data(), O_CLOEXEC) != 0) {
+    return Status::system("pipe2", errno);
+  }
+  UniqueFd errorRead(errorPipe[0]);
+  UniqueFd errorWrite(errorPipe[1]);
+  const auto argv = pointers(request.argv);
+  const auto envp = pointers(request.env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    return Status::system("fork", errno);
+  }
+  if (pid == 0) {
+    execChild(request, argv.data(), envp.data(), errorWrite.get(), parent);
+  }
+  ::setpgid(pid, pid);  // also here, so there is no race over who runs first
+  errorWrite.reset();
+  int childErrno = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(errorRead.get(), &childErrno, sizeof childErrno);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof childErrno)) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Status::error(Errc::kNotFound, "cannot run " + request.path + ": " +
+                                              std::system_category().message(childErrno));
+  }
+  UniqueFd pidfd(pidfdOpen(pid));
+  if (!pidfd.valid()) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Status::system("pidfd_open", err);
+  }
+  return ChildProcess(pid, std::move(pidfd));
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      pidfd_(std::move(other.pidfd_)),
+      reaped_(std::exchange(other.reaped_, true)) {}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    killAndReap();
+    pid_ = std::exchange(other.pid_, -1);
+    pidfd_ = std::move(other.pidfd_);
+    reaped_ = std::exchange(other.reaped_, true);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() { killAndReap(); }
+
+void ChildProcess::killAndReap() {
+  if (!running()) {
+    return;
+  }
+  ::kill(-pid_, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+}
+
+void ChildProcess::signalGroup(int signal) const {
+  if (pid_ <= 0) {
+    return;
+  }
+  // The group outlives its leader while grandchildren remain, so killpg stays right after the
+  // leader was reaped; while the leader runs, pidfd_send_signal first closes the pid-reuse race.
+  if (!reaped_) {
+    static_cast<void>(pidfdSendSignal(pidfd_.get(), signal));
+  }
+  ::kill(-pid_, signal);
+}
+
+std::optional<ExitStatus> ChildProcess::tryReap() {
+  if (reaped_) {
+    return std::nullopt;
+  }
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG) != 0 || info.si_pid == 0) {
+    return std::nullopt;
+  }
+  reaped_ = true;
+  ExitStatus status;
+  status.signaled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
+  status.code = info.si_status;
+  return status;
+}
+
+}  // namespace dtrun::agent::detail

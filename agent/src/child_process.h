@@ -1,0 +1,72 @@
+// Starting and owning one worker process. Not thread-safe; spawn only from the agent's
+// long-lived loop thread, because PR_SET_PDEATHSIG fires when the *forking thread* exits.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrun/common.h"
+
+namespace dtrun::agent::detail {
+
+struct ExitStatus {
+  bool signaled = false;
+  int code = 0;  // exit code, or the signal number when signaled
+  // The shell convention dtrun exits with: code, or 128 + signal.
+  [[nodiscard]] int shellCode() const { return signaled ? 128 + code : code; }
+  [[nodiscard]] bool success() const { return !signaled && code == 0; }
+  // "exit code 3", "signal 11 (SIGSEGV)"
+  [[nodiscard]] std::string describe() const;
+};
+
+std::string signalName(int signal);  // "SIGSEGV", or "signal 77"
+
+struct SpawnRequest {
+  std::string path;                // resolved executable (absolute or relative to cwd)
+  std::vector<std::string> argv;   // argv[0] as the program sees it
+  std::vector<std::string> env;    // "NAME=value"
+  int stdoutFd = -1;               // -1 = inherit
+  int stderrFd = -1;
+};
+
+// A running child in its own process group that dies with the agent (PR_SET_PDEATHSIG). The
+// destructor SIGKILLs the group and reaps a child that is still running, so no path leaves a
+// zombie or an orphan.
+class ChildProcess {
+ public:
+  // Fails with the child's errno when exec failed ("cannot run ./trian: No such file or
+  // directory"); the child is reaped before returning.
+  [[nodiscard]] static Result<ChildProcess> spawn(const SpawnRequest& request);
+
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess();
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  // Readable once the child exited (a pidfd).
+  [[nodiscard]] int exitFd() const { return pidfd_.get(); }
+  [[nodiscard]] bool running() const { return pid_ > 0 && !reaped_; }
+
+  // Sends `signal` to the child's whole process group (reaching its own children too).
+  void signalGroup(int signal) const;
+  // Reaps the child if it exited (never blocks); the status once it has.
+  [[nodiscard]] std::optional<ExitStatus> tryReap();
+
+ private:
+  ChildProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  void killAndReap();
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  bool reaped_ = false;
+};
+
+// Looks `name` up in PATH unless it contains a '/'. Empty if not found.
+std::string findExecutable(const std::string& name, const std::string& pathVariable);
+
+}  // namespace dtrun::agent::detail

@@ -1,0 +1,37 @@
+// torchrun's failure summary, for the workers of this node. Pure functions (file reads aside).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+
+namespace dtrun::agent::detail {
+
+struct WorkerFailure {
+  int rank = 0;
+  int localRank = 0;
+  pid_t pid = 0;
+  ExitStatus status;
+  // When the agent saw it. Exits arrive as events, so this orders failures more precisely than
+  // the error files' one-second timestamps would.
+  std::chrono::system_clock::time_point time;
+  std::string errorFile;                       // path; "<N/A>" in the report when not written
+  std::string message;                         // error file message, else stderr tail, else a hint
+};
+
+// Reads a worker's TORCHELASTIC_ERROR_FILE (torchrun's @record format, or the legacy
+// {"message": "...", "timestamp": N}); fills errorFile and message. False if absent or unreadable.
+bool readErrorFile(const std::string& path, WorkerFailure& failure);
+
+// The last `maxLines` lines of a text file (empty if unreadable).
+std::string tailOfFile(const std::string& path, std::size_t maxLines);
+
+// The summary torchrun prints: root cause = the earliest failure; the others are listed first.
+std::string formatFailureReport(const std::string& entrypoint, const std::string& host,
+                                std::vector<WorkerFailure> failures);
+
+}  // namespace dtrun::agent::detail

@@ -1,0 +1,77 @@
+#include "worker_env.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace dtrun::agent::detail {
+
+std::vector<std::string> workerEnvironment(const std::vector<std::string>& inherited,
+                                           const AgentConfig& config,
+                                           const WorkerPlacement& p) {
+  std::vector<std::string> env;
+  std::unordered_map<std::string, std::size_t> index;  // name -> position in env
+  const auto put = [&](const std::string& name, const std::string& value) {
+    const auto it = index.find(name);
+    if (it != index.end()) {
+      env[it->second] = name + "=" + value;
+    } else {
+      index.emplace(name, env.size());
+      env.push_back(name + "=" + value);
+    }
+  };
+  for (const auto& entry : inherited) {
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos && eq > 0) {
+      put(entry.substr(0, eq), entry.substr(eq + 1));
+    }
+  }
+  for (const auto& [name, value] : config.defaultEnv) {
+    if (index.find(name) == index.end()) {
+      put(name, value);
+    }
+  }
+  if (index.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == index.end()) {
+    put("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  }
+  const int localWorldSize = config.nprocPerNode;
+  put("LOCAL_RANK", std::to_string(p.localRank));
+  put("RANK", std::to_string(p.rank));
+  put("GROUP_RANK", std::to_string(p.groupRank));
+  put("ROLE_RANK", std::to_string(p.rank));
+  put("ROLE_NAME", config.role);
+  put("LOCAL_WORLD_SIZE", std::to_string(localWorldSize));
+  put("WORLD_SIZE", std::to_string(p.worldSize));
+  put("GROUP_WORLD_SIZE", std::to_string(p.groupWorldSize));
+  put("ROLE_WORLD_SIZE", std::to_string(p.worldSize));
+  put("MASTER_ADDR", p.masterAddr);
+  put("MASTER_PORT", std::to_string(p.masterPort));
+  put("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restartCount));
+  put("TORCHELASTIC_MAX_RESTARTS", std::to_string(config.maxRestarts));
+  put("TORCHELASTIC_RUN_ID", config.runId);
+  put("TORCHELASTIC_USE_AGENT_STORE", "True");
+  put("TORCHELASTIC_ERROR_FILE", p.errorFile);
+  if (!config.signalsToHandleText.empty()) {
+    put("TORCHELASTIC_SIGNALS_TO_HANDLE", config.signalsToHandleText);
+  }
+  // What libdtrt reads: where the store is and which key prefix this attempt owns.
+  put("DTRUN_STORE_ADDR", p.masterAddr + ":" + std::to_string(p.masterPort));
+  put("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(p.restartCount));
+  put("DTRUN_RUN_ID", config.runId);
+  put("DTRUN_LOG_DIR", p.logDir);
+  return env;
+}
+
+std::vector<std::string> substituteLocalRank(const std::vector<std::string>& args, int localRank) {
+  static constexpr std::string_view kMacro = "${local_rank}";
+  std::vector<std::string> out = args;
+  const std::string value = std::to_string(localRank);
+  for (auto& arg : out) {
+    for (auto pos = arg.find(kMacro); pos != std::string::npos;
+         pos = arg.find(kMacro, pos + value.size())) {
+      arg.replace(pos, kMacro.size(), value);
+    }
+  }
+  return out;
+}
+
+}  // namespace dtrun::agent::detail
