@@ -120,7 +120,7 @@ class Agent {
     if (!signalFd_.valid()) {
       return Status::system("signalfd", errno);
     }
-    ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the agent; workers reset it
+    static_cast<void>(::signal(SIGPIPE, SIG_IGN));  // a closed console must not kill the agent; workers reset it
     // Orphaned grandchildren are re-parented here instead of to init, so they can be reaped.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 

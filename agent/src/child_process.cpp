@@ -36,9 +36,10 @@ int pidfdSendSignal(int pidfd, int signal) {
   }
   sigset_t none;
   ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the agent's blocked mask would survive exec
+  // The agent's blocked mask would survive exec. The forked child has a single thread.
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe)
   for (int sig = 1; sig < NSIG; ++sig) {
-    ::signal(sig, SIG_DFL);
+    static_cast<void>(::signal(sig, SIG_DFL));
   }
   if (request.stdoutFd >= 0) {
     ::dup2(request.stdoutFd, STDOUT_FILENO);
@@ -93,7 +94,7 @@ std::string findExecutable(const std::string& name, const std::string& pathVaria
   std::stringstream dirs(pathVariable);
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         ::access(candidate.c_str(), X_OK) == 0) {

@@ -84,7 +84,7 @@ std::string tailOfFile(const std::string& path, std::size_t maxLines) {
     return {};
   }
   // Only the end matters: skip to the last 64 KiB of a large log.
-  constexpr std::streamoff kWindow = 64 * 1024;
+  constexpr std::streamoff kWindow = std::streamoff{64} * 1024;
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   in.seekg(std::max<std::streamoff>(0, size - kWindow));
