@@ -6,16 +6,15 @@
 
 int main(int argc, char** argv) {
   try {
-    CLI::App app{"dtrun: a torchrun-compatible launcher and elastic agent"};
-    app.require_subcommand(1);
+    CLI::App app{"dtrun: a torchrun-compatible launcher and elastic agent", "dtrun"};
     auto runStore = dtrun::launcher::addStoreCommand(app);
+    auto runLaunch = dtrun::launcher::addLaunchCommand(app);  // after the subcommands
     try {
-      app.parse(argc, argv);
+      app.parse(dtrun::launcher::argumentsForParse(argc, argv));
     } catch (const CLI::ParseError& e) {
-      const int code = app.exit(e);
-      return code == 0 ? 0 : 2;  // usage errors exit 2, as torchrun's argparse does
+      return dtrun::launcher::reportParseError(app, e);
     }
-    return runStore();
+    return app.got_subcommand("store") ? runStore() : runLaunch();
   } catch (const std::exception& e) {
     std::cerr << "dtrun: " << e.what() << "\n";
     return 1;

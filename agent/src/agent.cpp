@@ -1,5 +1,14 @@
 // The agent's event loop: one thread, one io_context over a signalfd, one pidfd per worker, the
 // workers' output pipes and the shutdown-grace timer. Nothing sleeps or polls.
+#include "dtrun/agent.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 
 #include <fcntl.h>
@@ -10,22 +19,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <filesystem>
-#include <iostream>
-#include <memory>
-#include <optional>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "child_process.h"
-#include "dtrun/agent.h"
 #include "dtrun/rendezvous.h"
+
+#include "child_process.h"
 #include "failure_report.h"
 #include "log.h"
 #include "output_pump.h"
@@ -120,7 +121,8 @@ class Agent {
     if (!signalFd_.valid()) {
       return Status::system("signalfd", errno);
     }
-    static_cast<void>(::signal(SIGPIPE, SIG_IGN));  // a closed console must not kill the agent; workers reset it
+    static_cast<void>(
+        ::signal(SIGPIPE, SIG_IGN));  // a closed console must not kill the agent; workers reset it
     // Orphaned grandchildren are re-parented here instead of to init, so they can be reaped.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
@@ -179,18 +181,17 @@ class Agent {
   }
 
   void armSignalWatch() {
-    signalWatch_->async_wait(asio::posix::descriptor_base::wait_read,
-                             [this](const boost::system::error_code& ec) {
-                               if (ec) {
-                                 return;
-                               }
-                               signalfd_siginfo info{};
-                               while (::read(signalFd_.get(), &info, sizeof info) ==
-                                      static_cast<ssize_t>(sizeof info)) {
-                                 onSignal(static_cast<int>(info.ssi_signo));
-                               }
-                               armSignalWatch();
-                             });
+    signalWatch_->async_wait(
+        asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+          if (ec) {
+            return;
+          }
+          signalfd_siginfo info{};
+          while (::read(signalFd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+            onSignal(static_cast<int>(info.ssi_signo));
+          }
+          armSignalWatch();
+        });
   }
 
   void onSignal(int sig) {
@@ -235,8 +236,8 @@ class Agent {
         return;
       }
     }
-    log::agent().info("attempt {}: started {} worker(s) of {}", restartCount_,
-                      config_.nprocPerNode, config_.entrypointName);
+    log::agent().info("attempt {}: started {} worker(s) of {}", restartCount_, config_.nprocPerNode,
+                      config_.entrypointName);
   }
 
   Status spawnWorker(Worker& w) {

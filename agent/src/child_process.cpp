@@ -1,5 +1,11 @@
 #include "child_process.h"
 
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <system_error>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -7,12 +13,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <array>
-#include <cerrno>
-#include <cstring>
-#include <sstream>
-#include <system_error>
 
 namespace dtrun::agent::detail {
 namespace {
@@ -67,10 +67,22 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
 
 std::string signalName(int signal) {
   static constexpr std::array<std::pair<int, const char*>, 16> kNames = {{
-      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGHUP, "SIGHUP"},
+      {SIGINT, "SIGINT"},
+      {SIGQUIT, "SIGQUIT"},
+      {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"},
+      {SIGABRT, "SIGABRT"},
+      {SIGBUS, "SIGBUS"},
+      {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"},
+      {SIGUSR1, "SIGUSR1"},
+      {SIGSEGV, "SIGSEGV"},
+      {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"},
+      {SIGALRM, "SIGALRM"},
+      {SIGTERM, "SIGTERM"},
+      {SIGXCPU, "SIGXCPU"},
   }};
   for (const auto& [number, name] : kNames) {
     if (number == signal) {

@@ -2,11 +2,11 @@
 // long-lived loop thread, because PR_SET_PDEATHSIG fires when the *forking thread* exits.
 #pragma once
 
-#include <sys/types.h>
-
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <sys/types.h>
 
 #include "dtrun/common.h"
 
@@ -25,10 +25,10 @@ struct ExitStatus {
 std::string signalName(int signal);  // "SIGSEGV", or "signal 77"
 
 struct SpawnRequest {
-  std::string path;                // resolved executable (absolute or relative to cwd)
-  std::vector<std::string> argv;   // argv[0] as the program sees it
-  std::vector<std::string> env;    // "NAME=value"
-  int stdoutFd = -1;               // -1 = inherit
+  std::string path;               // resolved executable (absolute or relative to cwd)
+  std::vector<std::string> argv;  // argv[0] as the program sees it
+  std::vector<std::string> env;   // "NAME=value"
+  int stdoutFd = -1;              // -1 = inherit
   int stderrFd = -1;
 };
 

@@ -31,10 +31,10 @@ std::string describeFailure(const WorkerFailure& f, const std::string& host) {
       << "  error_file: " << (f.errorFile.empty() ? "<N/A>" : f.errorFile) << "\n";
   std::string message = f.message;
   if (message.empty()) {
-    message = f.status.signaled ? "Signal " + std::to_string(f.status.code) + " (" +
-                                      signalName(f.status.code) + ") received by PID " +
-                                      std::to_string(f.pid)
-                                : "(the worker wrote nothing to stderr and no error file)";
+    message = f.status.signaled
+                  ? "Signal " + std::to_string(f.status.code) + " (" + signalName(f.status.code) +
+                        ") received by PID " + std::to_string(f.pid)
+                  : "(the worker wrote nothing to stderr and no error file)";
   }
   // Continuation lines are indented under "traceback :" as torchrun does.
   std::string indented;

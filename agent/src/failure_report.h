@@ -1,11 +1,11 @@
 // torchrun's failure summary, for the workers of this node. Pure functions (file reads aside).
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <string>
 #include <vector>
+
+#include <sys/types.h>
 
 #include "child_process.h"
 
@@ -19,8 +19,8 @@ struct WorkerFailure {
   // When the agent saw it. Exits arrive as events, so this orders failures more precisely than
   // the error files' one-second timestamps would.
   std::chrono::system_clock::time_point time;
-  std::string errorFile;                       // path; "<N/A>" in the report when not written
-  std::string message;                         // error file message, else stderr tail, else a hint
+  std::string errorFile;  // path; "<N/A>" in the report when not written
+  std::string message;    // error file message, else stderr tail, else a hint
 };
 
 // Reads a worker's TORCHELASTIC_ERROR_FILE (torchrun's @record format, or the legacy

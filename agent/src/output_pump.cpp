@@ -1,9 +1,9 @@
 #include "output_pump.h"
 
+#include <cerrno>
+
 #include <fcntl.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 namespace dtrun::agent::detail {
 namespace {

@@ -3,11 +3,10 @@
 // the agent's event loop; not thread-safe.
 #pragma once
 
-#include <utility>  // before Asio (Boost 1.74 under C++20)
-
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>  // before Asio (Boost 1.74 under C++20)
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

@@ -6,8 +6,7 @@
 namespace dtrun::agent::detail {
 
 std::vector<std::string> workerEnvironment(const std::vector<std::string>& inherited,
-                                           const AgentConfig& config,
-                                           const WorkerPlacement& p) {
+                                           const AgentConfig& config, const WorkerPlacement& p) {
   std::vector<std::string> env;
   std::unordered_map<std::string, std::size_t> index;  // name -> position in env
   const auto put = [&](const std::string& name, const std::string& value) {

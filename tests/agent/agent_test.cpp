@@ -1,17 +1,18 @@
 // The agent end to end on shell workers: it runs in a forked child (it blocks signals and becomes
 // a subreaper, which must not leak into the test process).
-#include <catch2/catch.hpp>
-
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
+#include "dtrun/agent.h"
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
-#include "dtrun/agent.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
 #include "support/test_support.h"
 
 using namespace std::chrono_literals;
@@ -180,12 +181,13 @@ TEST_CASE("a failing group restarts while the budget allows", "[integration][age
 
 TEST_CASE("dtrun exits with the root cause's code: exit 3, SIGSEGV, SIGKILL",
           "[integration][agent]") {
-  const auto [script, code, exitcodeLine] = GENERATE(
-      std::make_tuple(std::string("[ $RANK = 1 ] && exit 3; sleep 30"), 3, std::string("exitcode  : 3")),
-      std::make_tuple(std::string("[ $RANK = 1 ] && kill -SEGV $$; sleep 30"), 128 + SIGSEGV,
-                      std::string("exitcode  : -11")),
-      std::make_tuple(std::string("[ $RANK = 1 ] && kill -KILL $$; sleep 30"), 128 + SIGKILL,
-                      std::string("exitcode  : -9")));
+  const auto [script, code, exitcodeLine] =
+      GENERATE(std::make_tuple(std::string("[ $RANK = 1 ] && exit 3; sleep 30"), 3,
+                               std::string("exitcode  : 3")),
+               std::make_tuple(std::string("[ $RANK = 1 ] && kill -SEGV $$; sleep 30"),
+                               128 + SIGSEGV, std::string("exitcode  : -11")),
+               std::make_tuple(std::string("[ $RANK = 1 ] && kill -KILL $$; sleep 30"),
+                               128 + SIGKILL, std::string("exitcode  : -9")));
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
   const auto run = runAgent(dir, shellJob(dir, 3, script));
@@ -194,10 +196,12 @@ TEST_CASE("dtrun exits with the root cause's code: exit 3, SIGSEGV, SIGKILL",
   CHECK(std::chrono::steady_clock::now() - start < 10s);  // the sleepers were stopped, not awaited
 }
 
-TEST_CASE("the report quotes the error file, else the failed rank's stderr", "[integration][agent]") {
+TEST_CASE("the report quotes the error file, else the failed rank's stderr",
+          "[integration][agent]") {
   TempDir dir;
   SECTION("stderr tail") {
-    const auto run = runAgent(dir, shellJob(dir, 1, "echo first >&2; echo 'boom: bad input' >&2; exit 1"));
+    const auto run =
+        runAgent(dir, shellJob(dir, 1, "echo first >&2; echo 'boom: bad input' >&2; exit 1"));
     CHECK(run.code == 1);
     CHECK_THAT(run.err, Catch::Contains("traceback : first\n    boom: bad input"));
     CHECK_THAT(run.err, Catch::Contains("error_file: <N/A>"));
@@ -220,11 +224,14 @@ TEST_CASE("SIGTERM to the agent reaches every worker; one ignoring it is killed 
   const std::string marks = (dir.path() / "mark").string();
   SECTION("cooperative workers") {
     auto config = shellJob(dir, 3,
-                           "trap 'echo $RANK >> " + marks + "; exit 0' TERM; "
-                           "echo ready >> " + marks + ".ready; while :; do sleep 0.05; done");
+                           "trap 'echo $RANK >> " + marks +
+                               "; exit 0' TERM; "
+                               "echo ready >> " +
+                               marks + ".ready; while :; do sleep 0.05; done");
     const auto run = runAgent(dir, config, [&](pid_t agent) {
       REQUIRE(dtrun::testing::waitUntil(
-          [&] { return slurp(marks + ".ready").size() == 3 * std::string("ready\n").size(); }, 10s));
+          [&] { return slurp(marks + ".ready").size() == 3 * std::string("ready\n").size(); },
+          10s));
       ::kill(agent, SIGTERM);
     });
     CHECK(run.code == 128 + SIGTERM);
@@ -232,13 +239,14 @@ TEST_CASE("SIGTERM to the agent reaches every worker; one ignoring it is killed 
     CHECK(std::count(lines.begin(), lines.end(), '\n') == 3);
   }
   SECTION("a worker that ignores SIGTERM") {
-    auto config = shellJob(dir, 2, "trap '' TERM; echo ready >> " + marks +
-                                       ".ready; while :; do sleep 0.05; done");
+    auto config = shellJob(
+        dir, 2, "trap '' TERM; echo ready >> " + marks + ".ready; while :; do sleep 0.05; done");
     config.shutdownTimeout = 300ms;
     const auto start = std::chrono::steady_clock::now();
     const auto run = runAgent(dir, config, [&](pid_t agent) {
       REQUIRE(dtrun::testing::waitUntil(
-          [&] { return slurp(marks + ".ready").size() == 2 * std::string("ready\n").size(); }, 10s));
+          [&] { return slurp(marks + ".ready").size() == 2 * std::string("ready\n").size(); },
+          10s));
       ::kill(agent, SIGTERM);
     });
     CHECK(run.code == 128 + SIGTERM);
@@ -255,7 +263,7 @@ TEST_CASE("tee prefixes console lines; every rank's output lands in its log file
   config.localRanksFilter = std::set<int>{1};
   const auto run = runAgent(dir, config);
   REQUIRE(run.code == 0);
-  CHECK(run.out == "[default1]:out-1\n");          // rank 0 filtered from the console
+  CHECK(run.out == "[default1]:out-1\n");           // rank 0 filtered from the console
   CHECK_THAT(run.err, Catch::Contains("err-1\n"));  // not tee'd: raw
   CHECK_THAT(run.err, !Catch::Contains("err-0"));
   for (int rank = 0; rank < 2; ++rank) {

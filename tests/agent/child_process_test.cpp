@@ -1,13 +1,14 @@
-#include <catch2/catch.hpp>
+#include "child_process.h"
+
+#include <fstream>
+#include <thread>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <thread>
+#include <catch2/catch.hpp>
 
-#include "child_process.h"
 #include "support/test_support.h"
 
 using namespace std::chrono_literals;
@@ -73,10 +74,14 @@ TEST_CASE("signalling the group reaches the worker's own children", "[unit][agen
   child.value().signalGroup(SIGTERM);
   CHECK(waitFor(child.value()).signaled);
   // sleep was re-parented to init (or reaped by it); it must be gone either way.
-  CHECK(dtrun::testing::waitUntil([&] { return !alive(grandchild) || [&] {
-    int status = 0;
-    return ::waitpid(grandchild, &status, WNOHANG) == grandchild;
-  }(); }, 5s));
+  CHECK(dtrun::testing::waitUntil(
+      [&] {
+        return !alive(grandchild) || [&] {
+          int status = 0;
+          return ::waitpid(grandchild, &status, WNOHANG) == grandchild;
+        }();
+      },
+      5s));
   std::remove(pidFile.c_str());
 }
 

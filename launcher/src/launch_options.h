@@ -1,0 +1,97 @@
+// torchrun's command line for `dtrun [options] <entrypoint> [args...]`: CLI11 collects the raw text
+// of each option, and the pure validate() turns it, the PET_* environment and a few host facts
+// into the agent's configuration. Nothing here is thread-safe or blocks.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dtrun/agent.h"
+#include "dtrun/common.h"
+#include "dtrun/launcher.h"
+
+namespace dtrun::launcher {
+
+// What the command line said, before any checking. Keys are torchrun's argparse dests
+// ("nproc_per_node"); flags given on the command line hold "1".
+struct RawOptions {
+  std::map<std::string, std::string, std::less<>> given;
+  std::vector<std::string> program;  // app.remaining(): the entrypoint and its arguments
+};
+
+// Everything validate() may learn about this machine and process, gathered once by
+// readHostFacts() so that validate() itself stays pure (tests build their own).
+struct HostFacts {
+  std::map<std::string, std::string, std::less<>> env;  // the process environment
+  int gpuCount = 0;                                     // NVIDIA GPUs visible to workers
+  int cpuCount = 1;
+  // How to run `entrypoint` directly when it is an executable file: the path as given, "./name"
+  // for a program in the working directory, or the bare name when PATH has it. nullopt if none.
+  std::function<std::optional<std::string>(const std::string& entrypoint)> findExecutable =
+      [](const std::string&) { return std::optional<std::string>(); };
+  // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
+  std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
+};
+
+// The checked launch: the agent's configuration plus what the launcher itself reports.
+struct LaunchPlan {
+  agent::AgentConfig config;
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::string rdzvBackend;   // "static" or "c10d"
+  std::string rdzvEndpoint;  // host:port the store serves ("...:0" = a free port)
+  std::vector<std::pair<std::string, std::string>> rdzvConf;
+  double monitorInterval = 0.1;       // accepted for compatibility; dtrun does not poll
+  std::string logLevel;               // "" = DTRUN_LOG_LEVEL or info
+  std::vector<std::string> notices;   // printed verbatim to stderr (torchrun's boxed notices)
+  std::vector<std::string> warnings;  // logged at warn level once logging is up
+};
+
+// Registers every torchrun option (dash and underscore spellings, -m, -r, -t) plus --log-level
+// on `app`; parsing stores their text into `raw` (which must outlive the parse). Enables
+// app.prefix_command() so arguments after the entrypoint reach the program untouched.
+void addLaunchOptions(CLI::App& app, RawOptions& raw);
+
+// Checks the options, resolves command line > PET_<DEST> > torchrun's default, and builds the
+// plan. An error's message is one line naming the flag (or environment variable) and what was
+// expected, without the "dtrun: " prefix.
+[[nodiscard]] Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host);
+
+// Facts about the running process: its environment, /dev/nvidia[0-9]* and CUDA_VISIBLE_DEVICES,
+// std::thread::hardware_concurrency, the filesystem. Call once from main before threads start.
+HostFacts readHostFacts();
+
+// torchrun's launch banner (entrypoint, nodes, nproc, run id, rendezvous, restarts, logs, signals).
+std::string launchBanner(const LaunchPlan& plan);
+
+// Building blocks of validate(), exposed for tests.
+
+// torchrun's -r/--redirects and -t/--tee: "0".."3", or "local_rank:0-3" pairs joined by commas
+// (any number of digits in the local rank, so ranks >= 10 can be addressed). nullopt if malformed.
+std::optional<agent::StreamSelection> parseStreamSelection(std::string_view text);
+
+// Signal names ("SIGTERM,SIGUSR1") to numbers; nullopt if any name is unknown or unhandleable.
+std::optional<std::vector<int>> parseSignalNames(std::string_view text);
+
+struct Endpoint {
+  std::string host;
+  std::optional<int> port;
+};
+// "host", "host:port", "[v6]" or "[v6]:port"; nullopt if malformed (bare IPv6 needs brackets).
+std::optional<Endpoint> parseEndpoint(std::string_view text);
+
+// GPUs a worker can use: /dev/nvidia<N> nodes present, narrowed by CUDA_VISIBLE_DEVICES when set
+// (parsed as torch.cuda does: stop at the first invalid entry, a repeated entry hides all).
+int countVisibleGpus(int deviceNodes, const std::optional<std::string>& cudaVisibleDevices);
+
+// The one line printed for a CLI11 parse error (without "dtrun: "), newlines folded.
+std::string parseErrorLine(const CLI::ParseError& error);
+
+}  // namespace dtrun::launcher
