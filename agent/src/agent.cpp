@@ -170,7 +170,8 @@ class Agent {
       return Status::invalidArgument("--log_dir: cannot create " + dir.string() + ": " +
                                      ec.message());
     }
-    runDir_ = dir;
+    // Workers get paths under it (error file, log dir) and may change directory: absolute.
+    runDir_ = fs::absolute(dir, ec);
     log::agent().info("per-rank logs in {}", runDir_.string());
     return Status::ok();
   }

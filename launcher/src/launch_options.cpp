@@ -33,6 +33,7 @@ constexpr double kDefaultShutdownSeconds = 30.0;
 constexpr double kMaxShutdownSeconds = 1.0e6;  // keeps the milliseconds far from overflow
 constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 constexpr int kUsageError = 2;
+constexpr int kExitCannotRun = 127;  // the shell's "command not found", as the agent uses
 
 enum class Kind : std::uint8_t { kValue, kFlag };
 
@@ -613,7 +614,7 @@ int runLaunch(const RawOptions& raw) {
   auto planned = validate(raw, readHostFacts());
   if (!planned.isOk()) {
     std::cerr << "dtrun: " << planned.status().message() << "\n";
-    return kUsageError;
+    return planned.status().code() == Errc::kNotFound ? kExitCannotRun : kUsageError;
   }
   const LaunchPlan& plan = planned.value();
   // Block the handled signals before any thread exists (every later thread inherits the mask);
@@ -1006,6 +1007,13 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
 
   config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
   config.entrypointName = program.value().front();
+  // A script for the interpreter must exist: say so now, once, rather than through a Python
+  // traceback from every rank.
+  const bool interpreted = config.command.front() != config.entrypointName;
+  if (interpreted && !module && !host.fileExists(config.entrypointName)) {
+    return Status::error(Errc::kNotFound,
+                         "cannot run " + config.entrypointName + ": No such file or directory");
+  }
 
   if (config.nprocPerNode > 1 && !options.env("OMP_NUM_THREADS")) {
     config.defaultEnv.emplace_back("OMP_NUM_THREADS", "1");
@@ -1021,6 +1029,10 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
 
 HostFacts readHostFacts() {
   HostFacts host;
+  host.fileExists = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(path, ec);
+  };
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     const auto equals = text.find('=');

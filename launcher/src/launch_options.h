@@ -36,6 +36,8 @@ struct HostFacts {
   // for a program in the working directory, or the bare name when PATH has it. nullopt if none.
   std::function<std::optional<std::string>(const std::string& entrypoint)> findExecutable =
       [](const std::string&) { return std::optional<std::string>(); };
+  // Whether a script handed to the interpreter exists (tests assume it does).
+  std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
   // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
   std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
 };

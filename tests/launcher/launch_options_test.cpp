@@ -482,6 +482,7 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
   }
   SECTION("the real run id generator makes UUIDs") {
     auto host = launcher::readHostFacts();
+    host.fileExists = [](const std::string&) { return true; };
     const auto a = planOk({"--standalone", "x.py"}, host).config.runId;
     const auto b = planOk({"--standalone", "x.py"}, host).config.runId;
     CHECK(a != b);
@@ -634,4 +635,17 @@ TEST_CASE("the banner lists what torchrun's does", "[unit][launcher]") {
     CAPTURE(expected);
     CHECK(banner.find(expected) != std::string::npos);
   }
+}
+
+TEST_CASE("a script that does not exist fails once, before any worker starts", "[unit][launcher]") {
+  auto host = testHost();
+  host.fileExists = [](const std::string&) { return false; };
+  for (const std::string entry : {"./trian", "train.py"}) {
+    const auto result = plan({"--nproc_per_node=2", entry, "--lr", "1"}, host);
+    REQUIRE_FALSE(result.isOk());
+    CHECK(result.status().code() == dtrun::Errc::kNotFound);
+    CHECK(result.status().message() == "cannot run " + entry + ": No such file or directory");
+  }
+  // A module is looked up by the interpreter, not as a file.
+  CHECK(plan({"-m", "pkg.train"}, host).isOk());
 }
