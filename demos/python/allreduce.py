@@ -1,12 +1,10 @@
 #!/usr/bin/python3
-"""An unmodified torch.distributed worker that bootstraps through dtrun's store.
+"""An unmodified torch.distributed worker, launched by dtrun exactly as torchrun would launch it.
 
-Usage (what scripts/demo.sh does): start `dtrun store --port 0 --port-file F`, then run N copies
-with MASTER_ADDR=127.0.0.1 MASTER_PORT=<port> RANK=<r> WORLD_SIZE=N
-TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0, exactly as torchrun's agent sets
-them. Each rank prints: "rank 2/4: all_reduce([3.0]) = 10.0 (expected 10.0)".
+Usage:  PYTHON_EXEC=/usr/bin/python3 dtrun --nproc_per_node=4 demos/python/allreduce.py
+Each rank bootstraps through dtrun's store (init_method="env://", TORCHELASTIC_USE_AGENT_STORE)
+and prints: "rank 2/4: all_reduce([3.0]) = 10.0 (expected 10.0)".
 """
-import os
 from datetime import timedelta
 
 import torch
