@@ -81,6 +81,10 @@ struct Worker {
   int rank = 0;
   fs::path dir;
   std::optional<ChildProcess> child;
+  UniqueFd outPipe;  // pipes' read ends and log files, until watchWorker() hands them to pumps
+  UniqueFd errPipe;
+  UniqueFd outLog;
+  UniqueFd errLog;
   std::unique_ptr<asio::posix::stream_descriptor> exitWatch;  // a dup of the pidfd
   std::unique_ptr<detail::OutputPump> out;
   std::unique_ptr<detail::OutputPump> err;
@@ -212,6 +216,9 @@ class Agent {
     beginStop(sig);
   }
 
+  // Starts the workers one after another without waiting for their execs (confirmed together
+  // afterwards), and stops starting more as soon as a started one has already failed: the group
+  // is going to be stopped, and every further start would only delay the restart.
   void startGroup() {
     const fs::path attemptDir = runDir_ / ("attempt_" + std::to_string(restartCount_));
     std::error_code ec;
@@ -220,36 +227,71 @@ class Agent {
     workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
     stopReason_ = StopReason::kNone;
     failures_.clear();
-    for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+    Status status = Status::ok();
+    for (int localRank = 0; localRank < config_.nprocPerNode && status.isOk(); ++localRank) {
       Worker& w = workers_[static_cast<std::size_t>(localRank)];
       w.localRank = localRank;
       w.rank = localRank;  // one node: global rank = local rank
       w.dir = attemptDir / std::to_string(w.rank);
-      fs::create_directories(w.dir, ec);
-      if (auto s = spawnWorker(w); !s.isOk()) {
-        std::cerr << "dtrun: " << s.message() << "\n";
-        exitCode_ = s.code() == Errc::kNotFound ? kExitCannotRun : 1;
-        stopReason_ = StopReason::kSignal;  // not a worker failure: no restart, no report
-        beginStop(SIGKILL);
-        if (allExited()) {  // nothing was started: nothing will be reaped
-          asio::post(io_, [this] { onAllExited(); });
-        }
-        return;
+      fs::create_directory(w.dir, ec);
+      w.outLog = openLog(w.dir / "stdout.log");
+      w.errLog = openLog(w.dir / "stderr.log");
+      status = startWorker(w);
+      if (status.isOk() && anyStartedWorkerFailed()) {
+        break;
       }
     }
-    log::agent().info("attempt {}: started {} worker(s) of {}", restartCount_, config_.nprocPerNode,
-                      config_.entrypointName);
+    for (auto& w : workers_) {
+      if (w.child) {
+        if (auto s = w.child->confirmExec(); !s.isOk() && status.isOk()) {
+          status = s;
+        }
+      }
+    }
+    if (!status.isOk()) {
+      std::cerr << "dtrun: " << status.message() << "\n";
+      exitCode_ = status.code() == Errc::kNotFound ? kExitCannotRun : 1;
+      stopReason_ = StopReason::kSignal;  // not a worker failure: no restart, no report
+      beginStop(SIGKILL);
+      if (allExited()) {  // nothing is left running: nothing will be reaped
+        asio::post(io_, [this] { onAllExited(); });
+      }
+      return;
+    }
+    int started = 0;
+    for (auto& w : workers_) {
+      if (w.child) {
+        watchWorker(w);
+        ++started;
+      }
+    }
+    log::agent().info("attempt {}: started {} of {} worker(s) of {}", restartCount_, started,
+                      config_.nprocPerNode, config_.entrypointName);
   }
 
-  Status spawnWorker(Worker& w) {
+  // Peeks (without reaping) whether a worker of the group being started already exited badly.
+  [[nodiscard]] bool anyStartedWorkerFailed() const {
+    return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+      siginfo_t info{};
+      return w.child &&
+             ::waitid(P_PID, static_cast<id_t>(w.child->pid()), &info,
+                      WEXITED | WNOHANG | WNOWAIT) == 0 &&
+             info.si_pid != 0 && !(info.si_code == CLD_EXITED && info.si_status == 0);
+    });
+  }
+
+  Status startWorker(Worker& w) {
     std::array<int, 2> outPipe{-1, -1};
     std::array<int, 2> errPipe{-1, -1};
-    if (::pipe2(outPipe.data(), O_CLOEXEC) != 0 || ::pipe2(errPipe.data(), O_CLOEXEC) != 0) {
+    if (::pipe2(outPipe.data(), O_CLOEXEC) != 0) {
       return Status::system("pipe2", errno);
     }
-    UniqueFd outRead(outPipe[0]);
+    w.outPipe = UniqueFd(outPipe[0]);
     UniqueFd outWrite(outPipe[1]);
-    UniqueFd errRead(errPipe[0]);
+    if (::pipe2(errPipe.data(), O_CLOEXEC) != 0) {
+      return Status::system("pipe2", errno);
+    }
+    w.errPipe = UniqueFd(errPipe[0]);
     UniqueFd errWrite(errPipe[1]);
 
     detail::WorkerPlacement placement;
@@ -268,13 +310,18 @@ class Agent {
     request.env = detail::workerEnvironment(inheritedEnv_, config_, placement);
     request.stdoutFd = outWrite.get();
     request.stderrFd = errWrite.get();
-    auto child = ChildProcess::spawn(request);
+    auto child = ChildProcess::start(request);
     if (!child.isOk()) {
       return child.status();
     }
     w.child.emplace(std::move(child).value());
-    w.out = makePump(w, std::move(outRead), Streams::kOut, "stdout.log", STDOUT_FILENO);
-    w.err = makePump(w, std::move(errRead), Streams::kErr, "stderr.log", STDERR_FILENO);
+    return Status::ok();
+  }
+
+  // Output pumps and the exit watch of a started worker.
+  void watchWorker(Worker& w) {
+    w.out = makePump(w, std::move(w.outPipe), std::move(w.outLog), Streams::kOut, STDOUT_FILENO);
+    w.err = makePump(w, std::move(w.errPipe), std::move(w.errLog), Streams::kErr, STDERR_FILENO);
     w.exitWatch = std::make_unique<asio::posix::stream_descriptor>(
         io_, ::fcntl(w.child->exitFd(), F_DUPFD_CLOEXEC, 0));
     w.exitWatch->async_wait(asio::posix::descriptor_base::wait_read,
@@ -283,11 +330,10 @@ class Agent {
                                 reapAvailable();
                               }
                             });
-    return Status::ok();
   }
 
-  std::unique_ptr<detail::OutputPump> makePump(const Worker& w, UniqueFd pipe, Streams stream,
-                                               const char* fileName, int consoleFd) {
+  std::unique_ptr<detail::OutputPump> makePump(const Worker& w, UniqueFd pipe, UniqueFd logFile,
+                                               Streams stream, int consoleFd) {
     const auto has = [stream](Streams s) {
       return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
     };
@@ -303,7 +349,7 @@ class Agent {
     }
     // Every stream lands in the rank's log file, redirected or not.
     auto pump = std::make_unique<detail::OutputPump>(
-        io_, std::move(pipe), openLog(w.dir / fileName), mode, consoleFd,
+        io_, std::move(pipe), std::move(logFile), mode, consoleFd,
         "[" + config_.role + std::to_string(w.localRank) + "]:");
     pump->start();
     return pump;
@@ -376,10 +422,10 @@ class Agent {
     });
   }
 
-  // True once every worker that was started has been reaped.
+  // True once every worker that was started has been reaped (as an exit, or by confirmExec()).
   [[nodiscard]] bool allExited() const {
     return std::all_of(workers_.begin(), workers_.end(),
-                       [](const Worker& w) { return !w.child || w.status.has_value(); });
+                       [](const Worker& w) { return !w.child || !w.child->running(); });
   }
 
   void onAllExited() {

@@ -116,7 +116,7 @@ std::string findExecutable(const std::string& name, const std::string& pathVaria
   return {};
 }
 
-Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
+Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
   std::array<int, 2> errorPipe{-1, -1};
   if (::pipe2(errorPipe.data(), O_CLOEXEC) != 0) {
     return Status::system("pipe2", errno);
@@ -134,19 +134,6 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
     execChild(request, argv.data(), envp.data(), errorWrite.get(), parent);
   }
   ::setpgid(pid, pid);  // also here, so there is no race over who runs first
-  errorWrite.reset();
-  int childErrno = 0;
-  ssize_t n = 0;
-  do {
-    n = ::read(errorRead.get(), &childErrno, sizeof childErrno);
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof childErrno)) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return Status::error(Errc::kNotFound, "cannot run " + request.path + ": " +
-                                              std::system_category().message(childErrno));
-  }
   UniqueFd pidfd(pidfdOpen(pid));
   if (!pidfd.valid()) {
     const int err = errno;
@@ -156,12 +143,46 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
     }
     return Status::system("pidfd_open", err);
   }
-  return ChildProcess(pid, std::move(pidfd));
+  return ChildProcess(pid, std::move(pidfd), std::move(errorRead), request.path);
+}
+
+Status ChildProcess::confirmExec() {
+  if (!execError_.valid()) {
+    return Status::ok();
+  }
+  int childErrno = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(execError_.get(), &childErrno, sizeof childErrno);
+  } while (n < 0 && errno == EINTR);
+  execError_.reset();
+  if (n != static_cast<ssize_t>(sizeof childErrno)) {
+    return Status::ok();  // EOF: the pipe closed on exec
+  }
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+  return Status::error(Errc::kNotFound,
+                       "cannot run " + path_ + ": " + std::system_category().message(childErrno));
+}
+
+Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
+  auto child = start(request);
+  if (!child.isOk()) {
+    return child;
+  }
+  if (auto s = child.value().confirmExec(); !s.isOk()) {
+    return s;
+  }
+  return child;
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
+      execError_(std::move(other.execError_)),
+      path_(std::move(other.path_)),
       reaped_(std::exchange(other.reaped_, true)) {}
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
@@ -169,6 +190,8 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     killAndReap();
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::move(other.pidfd_);
+    execError_ = std::move(other.execError_);
+    path_ = std::move(other.path_);
     reaped_ = std::exchange(other.reaped_, true);
   }
   return *this;

@@ -37,8 +37,14 @@ struct SpawnRequest {
 // zombie or an orphan.
 class ChildProcess {
  public:
-  // Fails with the child's errno when exec failed ("cannot run ./trian: No such file or
-  // directory"); the child is reaped before returning.
+  // Forks the child and returns at once; confirmExec() then says whether exec succeeded. Starting
+  // a group is start() for every worker, then confirmExec() for each, so the workers' execs run
+  // in parallel instead of one after another.
+  [[nodiscard]] static Result<ChildProcess> start(const SpawnRequest& request);
+  // Blocks until the child exec'd or failed to. Fails with the child's errno ("cannot run
+  // ./trian: No such file or directory"), after reaping it.
+  [[nodiscard]] Status confirmExec();
+  // start() + confirmExec().
   [[nodiscard]] static Result<ChildProcess> spawn(const SpawnRequest& request);
 
   ChildProcess(ChildProcess&& other) noexcept;
@@ -58,11 +64,17 @@ class ChildProcess {
   [[nodiscard]] std::optional<ExitStatus> tryReap();
 
  private:
-  ChildProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd execError, std::string path)
+      : pid_(pid),
+        pidfd_(std::move(pidfd)),
+        execError_(std::move(execError)),
+        path_(std::move(path)) {}
   void killAndReap();
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+  UniqueFd execError_;  // read end of the exec-error pipe until confirmExec()
+  std::string path_;
   bool reaped_ = false;
 };
 
