@@ -6,8 +6,8 @@
 //                timed_out=0
 //
 // exec_ns  CLOCK_REALTIME in the child just before execve(COMMAND): the launcher's start.
-// end_ns   CLOCK_REALTIME just after wait4() returned it: the launcher's exit as its parent sees it.
-// wall_ms  CLOCK_MONOTONIC from before fork() to after wait4(): the command's total wall time.
+// end_ns   CLOCK_REALTIME just after wait4() returned it: the launcher's exit as its parent sees
+// it. wall_ms  CLOCK_MONOTONIC from before fork() to after wait4(): the command's total wall time.
 // wait4_maxrss_kb  ru_maxrss of wait4(): the launcher's peak RSS, but Linux folds in the largest
 //          peak among the children it reaped (RUSAGE_BOTH), i.e. its workers.
 // agent_hwm_kb / agent_rss_kb (only with --agent-rss): VmHWM / VmRSS of the launcher process
@@ -19,6 +19,14 @@
 // own process group; after --timeout S (default 60) it gets SIGTERM (both launchers forward that to
 // their workers), and 3 s later SIGKILL for it and its group. SIGINT/SIGTERM to launch_timer start
 // the same sequence. Exit status: the launcher's (128+signal if it was killed), 124 on timeout.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <vector>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -28,13 +36,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
 
 namespace {
 
@@ -88,7 +89,7 @@ void install(int signal, void (*handler)(int)) {
 // One "Name:   1234 kB" field of /proc/<pid>/status, in kB; -1 if absent.
 long statusField(pid_t pid, const char* name) {
   char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
+  static_cast<void>(std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid)));
   FILE* file = std::fopen(path, "r");
   if (file == nullptr) {
     return -1;
@@ -102,14 +103,15 @@ long statusField(pid_t pid, const char* name) {
       break;
     }
   }
-  std::fclose(file);
+  static_cast<void>(std::fclose(file));
   return value;
 }
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: launch_timer [--timeout S] [--log FILE] [--agent-rss] -- COMMAND [ARGS...]\n");
-  std::exit(2);
+  static_cast<void>(std::fprintf(
+      stderr,
+      "usage: launch_timer [--timeout S] [--log FILE] [--agent-rss] -- COMMAND [ARGS...]\n"));
+  std::_Exit(2);
 }
 
 }  // namespace
@@ -168,12 +170,12 @@ int main(int argc, char** argv) {
     ::setpgid(0, 0);
     ::dup2(logFd, 1);
     ::dup2(logFd, 2);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGALRM, SIG_DFL);
+    static_cast<void>(signal(SIGINT, SIG_DFL));
+    static_cast<void>(signal(SIGTERM, SIG_DFL));
+    static_cast<void>(signal(SIGALRM, SIG_DFL));
     if (agentRss) {
       ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-      ::raise(SIGSTOP);  // the parent sets the ptrace options, then lets it go on
+      static_cast<void>(::raise(SIGSTOP));  // the parent sets ptrace options, then lets it go on
     }
     shared[0] = clockNs(CLOCK_REALTIME);
     ::execvp(argv[first], argv + first);
@@ -185,8 +187,8 @@ int main(int argc, char** argv) {
   if (timeoutS > 0) {
     itimerval timer{};
     timer.it_value.tv_sec = static_cast<time_t>(timeoutS);
-    timer.it_value.tv_usec = static_cast<suseconds_t>((timeoutS - static_cast<double>(
-                                                           static_cast<long>(timeoutS))) * 1e6);
+    timer.it_value.tv_usec = static_cast<suseconds_t>(
+        (timeoutS - static_cast<double>(static_cast<long>(timeoutS))) * 1e6);
     ::setitimer(ITIMER_REAL, &timer, nullptr);
   }
 
@@ -212,9 +214,10 @@ int main(int argc, char** argv) {
     const int event = status >> 16;
     int inject = 0;
     if (!optionsSet && stopSignal == SIGSTOP) {
+      // ptrace passes its data argument as a pointer-sized integer.
       ::ptrace(PTRACE_SETOPTIONS, pid, nullptr,
-               reinterpret_cast<void*>(PTRACE_O_TRACEEXIT | PTRACE_O_TRACEEXEC |
-                                       PTRACE_O_EXITKILL));
+               reinterpret_cast<void*>(  // NOLINT(performance-no-int-to-ptr)
+                   PTRACE_O_TRACEEXIT | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL));
       optionsSet = true;
     } else if (event == PTRACE_EVENT_EXIT) {
       agentHwm = statusField(pid, "VmHWM");
@@ -222,7 +225,9 @@ int main(int argc, char** argv) {
     } else if (event == 0) {
       inject = stopSignal;  // a signal-delivery-stop: deliver the signal as if untraced
     }
-    ::ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(static_cast<long>(inject)));
+    ::ptrace(
+        PTRACE_CONT, pid, nullptr,
+        reinterpret_cast<void*>(static_cast<long>(inject)));  // NOLINT(performance-no-int-to-ptr)
   }
   const long long endRealtime = clockNs(CLOCK_REALTIME);
   const long long endMono = clockNs(CLOCK_MONOTONIC);
@@ -237,13 +242,15 @@ int main(int argc, char** argv) {
     rc = 128 + WTERMSIG(status);
   }
   if (shared[1] != 0) {
-    std::fprintf(stderr, "launch_timer: cannot run %s: %s\n", argv[first],
-                 std::strerror(static_cast<int>(shared[1])));
+    static_cast<void>(
+        std::fprintf(stderr, "launch_timer: cannot run %s: %s\n", argv[first],
+                     std::system_category().message(static_cast<int>(shared[1])).c_str()));
   }
-  std::printf("launch_timer rc=%d exec_ns=%lld end_ns=%lld wall_ms=%.3f wait4_maxrss_kb=%ld"
-              " agent_hwm_kb=%ld agent_rss_kb=%ld timed_out=%d\n",
-              rc, static_cast<long long>(shared[0]), endRealtime,
-              static_cast<double>(endMono - startMono) / 1e6, usage.ru_maxrss, agentHwm,
-              agentRssNow, static_cast<int>(gTimedOut));
+  std::printf(
+      "launch_timer rc=%d exec_ns=%lld end_ns=%lld wall_ms=%.3f wait4_maxrss_kb=%ld"
+      " agent_hwm_kb=%ld agent_rss_kb=%ld timed_out=%d\n",
+      rc, static_cast<long long>(shared[0]), endRealtime,
+      static_cast<double>(endMono - startMono) / 1e6, usage.ru_maxrss, agentHwm, agentRssNow,
+      static_cast<int>(gTimedOut));
   return gTimedOut != 0 ? 124 : rc;
 }

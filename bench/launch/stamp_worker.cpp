@@ -14,15 +14,15 @@
 // main() (see bench/launch/CMakeLists.txt).
 //
 // C library calls only: no iostreams, no static constructors before the start stamp.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 namespace {
 
@@ -33,7 +33,7 @@ long long nowNs() {
 }
 
 const char* envOr(const char* name, const char* fallback) {
-  const char* value = std::getenv(name);
+  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): single-threaded
   return (value != nullptr && *value != '\0') ? value : fallback;
 }
 
@@ -44,7 +44,7 @@ int attemptZeroStamps(const char* dir) {
     return -1;
   }
   int count = 0;
-  while (const dirent* entry = ::readdir(d)) {
+  while (const dirent* entry = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one thread
     if (std::strncmp(entry->d_name, "a0.", 3) == 0) {
       ++count;
     }
@@ -76,16 +76,15 @@ int main(int argc, char** argv) {
   const char* attempt = envOr("TORCHELASTIC_RESTART_COUNT", "x");
   const char* rank = envOr("RANK", "x");
   const char* localRank = envOr("LOCAL_RANK", "x");
-  const int rc = (fail && std::strcmp(attempt, "0") == 0 && std::strcmp(localRank, "0") == 0)
-                     ? 1
-                     : 0;
+  const int rc =
+      (fail && std::strcmp(attempt, "0") == 0 && std::strcmp(localRank, "0") == 0) ? 1 : 0;
   if (rc != 0 && failLast) {
     waitForOthers(argv[1], std::atoi(envOr("LOCAL_WORLD_SIZE", "1")) - 1);
   }
 
   char path[4096];
-  std::snprintf(path, sizeof path, "%s/a%s.r%s.%ld", argv[1], attempt, rank,
-                static_cast<long>(::getpid()));
+  static_cast<void>(std::snprintf(path, sizeof path, "%s/a%s.r%s.%ld", argv[1], attempt, rank,
+                                  static_cast<long>(::getpid())));
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -95,8 +94,8 @@ int main(int argc, char** argv) {
   }
   const long long end = nowNs();
   char line[128];
-  const int n = std::snprintf(line, sizeof line, "%lld %lld %ld %d\n", start, end,
-                              usage.ru_maxrss, rc);
+  const int n =
+      std::snprintf(line, sizeof line, "%lld %lld %ld %d\n", start, end, usage.ru_maxrss, rc);
   if (::write(fd, line, static_cast<size_t>(n)) != n) {
     std::perror(path);
     return 3;
