@@ -1,0 +1,202 @@
+// ProcessGroup: argument checks shared by every backend, then dispatch to the Communicator.
+#include <algorithm>
+#include <set>
+
+#include "communicator.h"
+#include "dtrun/runtime.h"
+
+namespace dtrun::runtime {
+namespace {
+
+void require(bool condition, const std::string& what) {
+  if (!condition) {
+    throw ConfigError(what);
+  }
+}
+
+std::string describe(const Buffer& b) {
+  return std::to_string(b.count) + " x " + dataTypeName(b.dtype);
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::Communicator> communicator)
+    : communicator_(std::move(communicator)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::unique_ptr<ProcessGroup> ProcessGroup::create(const Context& context, Backend backend,
+                                                   const GroupOptions& options) {
+  require(context.store != nullptr, "ProcessGroup::create: the context has no store; use init()");
+  require(backendAvailable(backend), std::string("the ") + backendName(backend) +
+                                         " backend is not built into this libdtrt (no CUDA "
+                                         "toolkit or NCCL was found at build time)");
+  detail::CommunicatorConfig config;
+  config.store = context.store;
+  config.groupName = std::string("dtrt/") + backendName(backend) + "/world";
+  config.rank = context.rank;
+  config.size = context.worldSize;
+  for (int r = 0; r < context.worldSize; ++r) {
+    config.globalRanks.push_back(r);
+  }
+  config.timeout = options.timeout.count() > 0 ? options.timeout : context.timeout;
+  config.cudaDevice = options.cudaDevice >= 0 ? options.cudaDevice : context.localRank;
+  switch (backend) {
+    case Backend::kTcp:
+      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeTcpCommunicator(config)));
+    case Backend::kGloo:
+      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeGlooCommunicator(config)));
+    case Backend::kNccl:
+#ifdef DTRUN_HAVE_NCCL
+      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeNcclCommunicator(config)));
+#else
+      break;
+#endif
+  }
+  throw ConfigError("unknown backend");
+}
+
+int ProcessGroup::rank() const { return communicator_->rank(); }
+int ProcessGroup::size() const { return communicator_->size(); }
+Backend ProcessGroup::backend() const { return communicator_->backend(); }
+
+namespace {
+
+void checkBuffer(const Buffer& b, Backend backend, const char* op) {
+  require(b.data != nullptr || b.count == 0, std::string(op) + ": buffer data is null");
+  const bool wantsCuda = backend == Backend::kNccl;
+  require((b.device == Device::kCuda) == wantsCuda,
+          std::string(op) + ": the " + backendName(backend) + " backend takes " +
+              (wantsCuda ? "CUDA" : "CPU") + " buffers");
+}
+
+void checkPeer(int peer, int self, int size, const char* op) {
+  require(peer >= 0 && peer < size, std::string(op) + ": rank " + std::to_string(peer) +
+                                        " is not in this group of " + std::to_string(size));
+  require(peer != self, std::string(op) + ": rank " + std::to_string(peer) + " is this rank");
+}
+
+void checkRoot(int root, int size, const char* op) {
+  require(root >= 0 && root < size, std::string(op) + ": root " + std::to_string(root) +
+                                        " is not in this group of " + std::to_string(size));
+}
+
+void checkSameType(const Buffer& a, const Buffer& b, const char* op) {
+  require(a.dtype == b.dtype, std::string(op) + ": input is " + dataTypeName(a.dtype) +
+                                  " but output is " + dataTypeName(b.dtype));
+}
+
+}  // namespace
+
+void ProcessGroup::barrier() { communicator_->barrier(); }
+
+void ProcessGroup::send(const Buffer& buffer, int dst, int tag) {
+  checkBuffer(buffer, backend(), "send");
+  checkPeer(dst, rank(), size(), "send");
+  communicator_->send(buffer, dst, tag);
+}
+
+void ProcessGroup::recv(const Buffer& buffer, int src, int tag) {
+  checkBuffer(buffer, backend(), "recv");
+  checkPeer(src, rank(), size(), "recv");
+  communicator_->recv(buffer, src, tag);
+}
+
+Work ProcessGroup::isend(const Buffer& buffer, int dst, int tag) {
+  checkBuffer(buffer, backend(), "isend");
+  checkPeer(dst, rank(), size(), "isend");
+  return Work(communicator_->isend(buffer, dst, tag));
+}
+
+Work ProcessGroup::irecv(const Buffer& buffer, int src, int tag) {
+  checkBuffer(buffer, backend(), "irecv");
+  checkPeer(src, rank(), size(), "irecv");
+  return Work(communicator_->irecv(buffer, src, tag));
+}
+
+void ProcessGroup::broadcast(const Buffer& buffer, int root) {
+  checkBuffer(buffer, backend(), "broadcast");
+  checkRoot(root, size(), "broadcast");
+  communicator_->broadcast(buffer, root);
+}
+
+void ProcessGroup::reduce(const Buffer& buffer, int root, ReduceOp op) {
+  checkBuffer(buffer, backend(), "reduce");
+  checkRoot(root, size(), "reduce");
+  communicator_->reduce(buffer, root, op);
+}
+
+void ProcessGroup::allReduce(const Buffer& buffer, ReduceOp op) {
+  checkBuffer(buffer, backend(), "all_reduce");
+  communicator_->allReduce(buffer, op);
+}
+
+void ProcessGroup::allGather(const Buffer& in, const Buffer& out) {
+  checkBuffer(in, backend(), "all_gather");
+  checkBuffer(out, backend(), "all_gather");
+  checkSameType(in, out, "all_gather");
+  require(out.count == in.count * static_cast<std::size_t>(size()),
+          "all_gather: output holds " + describe(out) + ", expected size() x input = " +
+              std::to_string(in.count * static_cast<std::size_t>(size())));
+  communicator_->allGather(in, out);
+}
+
+void ProcessGroup::gather(const Buffer& in, const Buffer& out, int root) {
+  checkBuffer(in, backend(), "gather");
+  checkRoot(root, size(), "gather");
+  if (rank() == root) {
+    checkBuffer(out, backend(), "gather");
+    checkSameType(in, out, "gather");
+    require(out.count == in.count * static_cast<std::size_t>(size()),
+            "gather: the root's output holds " + describe(out) + ", expected size() x input");
+  }
+  communicator_->gather(in, out, root);
+}
+
+void ProcessGroup::scatter(const Buffer& in, const Buffer& out, int root) {
+  checkBuffer(out, backend(), "scatter");
+  checkRoot(root, size(), "scatter");
+  if (rank() == root) {
+    checkBuffer(in, backend(), "scatter");
+    checkSameType(in, out, "scatter");
+    require(in.count == out.count * static_cast<std::size_t>(size()),
+            "scatter: the root's input holds " + describe(in) + ", expected size() x output");
+  }
+  communicator_->scatter(in, out, root);
+}
+
+void ProcessGroup::reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+  checkBuffer(in, backend(), "reduce_scatter");
+  checkBuffer(out, backend(), "reduce_scatter");
+  checkSameType(in, out, "reduce_scatter");
+  require(in.count == out.count * static_cast<std::size_t>(size()),
+          "reduce_scatter: input holds " + describe(in) + ", expected size() x output");
+  communicator_->reduceScatter(in, out, op);
+}
+
+void ProcessGroup::allToAll(const Buffer& in, const Buffer& out) {
+  checkBuffer(in, backend(), "all_to_all");
+  checkBuffer(out, backend(), "all_to_all");
+  checkSameType(in, out, "all_to_all");
+  require(in.count == out.count && in.count % static_cast<std::size_t>(size()) == 0,
+          "all_to_all: input and output must hold the same count, a multiple of size()");
+  communicator_->allToAll(in, out);
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ranks) {
+  const std::set<int> unique(ranks.begin(), ranks.end());
+  require(!ranks.empty() && unique.size() == ranks.size(),
+          "new_group: ranks must be a non-empty list without duplicates");
+  for (const int r : ranks) {
+    require(r >= 0 && r < size(), "new_group: rank " + std::to_string(r) +
+                                      " is not in this group of " + std::to_string(size()));
+  }
+  // Every rank counts every new_group call, members or not, so names agree across ranks.
+  const std::string name = "sub" + std::to_string(groupsCreated_++);
+  if (unique.count(rank()) == 0) {
+    return nullptr;
+  }
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(communicator_->split(ranks, name)));
+}
+
+}  // namespace dtrun::runtime

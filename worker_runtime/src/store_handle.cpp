@@ -1,0 +1,77 @@
+#include "store_handle.h"
+
+namespace dtrun::runtime {
+namespace {
+
+[[noreturn]] void raise(const Status& status, const std::string& what) {
+  const std::string message = what + ": " + status.message();
+  if (status.code() == Errc::kTimeout) {
+    throw TimeoutError(message);
+  }
+  throw CommError(message);
+}
+
+}  // namespace
+
+StoreHandle::StoreHandle(std::unique_ptr<rdzv::Store> store, std::string prefix,
+                         std::chrono::milliseconds timeout)
+    : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+void StoreHandle::set(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = store_->set(full(key), value); !s.isOk()) {
+    raise(s, "store set " + key);
+  }
+}
+
+std::string StoreHandle::get(const std::string& key, const std::string& waitingFor) {
+  wait({key}, timeout_, waitingFor);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto value = store_->get(full(key));
+  if (!value.isOk()) {
+    raise(value.status(), "store get " + key);
+  }
+  return std::move(value).value();
+}
+
+std::int64_t StoreHandle::add(const std::string& key, std::int64_t delta) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto value = store_->add(full(key), delta);
+  if (!value.isOk()) {
+    raise(value.status(), "store add " + key);
+  }
+  return value.value();
+}
+
+void StoreHandle::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                       const std::string& waitingFor) {
+  std::vector<std::string> fullKeys;
+  fullKeys.reserve(keys.size());
+  for (const auto& key : keys) {
+    fullKeys.push_back(full(key));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = store_->wait(fullKeys, timeout); !s.isOk()) {
+    if (s.code() == Errc::kTimeout && !waitingFor.empty()) {
+      throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
+                         " ms waiting for " + waitingFor);
+    }
+    raise(s, "store wait");
+  }
+}
+
+bool StoreHandle::check(const std::vector<std::string>& keys) {
+  std::vector<std::string> fullKeys;
+  fullKeys.reserve(keys.size());
+  for (const auto& key : keys) {
+    fullKeys.push_back(full(key));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto ready = store_->check(fullKeys);
+  if (!ready.isOk()) {
+    raise(ready.status(), "store check");
+  }
+  return ready.value();
+}
+
+}  // namespace dtrun::runtime
