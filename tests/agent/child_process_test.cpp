@@ -32,7 +32,17 @@ ExitStatus waitFor(ChildProcess& child) {
   return *status;
 }
 
-bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+// Dead includes killed but not yet reaped: a zombie waits for whoever adopted it (init here).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) {
+    return false;
+  }
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' &&
+         line[close + 2] != 'X';
+}
 
 }  // namespace
 
