@@ -60,22 +60,11 @@ fi
 mkdir -p "$logs"
 timer_pid=""
 
-# Stops launch_timer by its pid (never by name): on SIGTERM it forwards SIGTERM to the launcher it
-# runs, and SIGKILLs that launcher's process group 3 s later; SIGKILL for it after 10 s.
-stop_pid() {
-  local pid=$1
-  [[ -n $pid ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=../lib.sh
+source "$repo/bench/lib.sh"
 
 cleanup() {
-  stop_pid "$timer_pid"
+  stop_pid "$timer_pid" 10
   if [[ -n ${KEEP:-} ]]; then
     echo "run.sh: work directory kept: $work" >&2
   else

@@ -41,18 +41,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/store_bench.XXXXXX")
 dtrun_pid=""
 torch_pid=""
 
-# Stops one server by its pid (never by name) and reaps it; SIGKILL after 5 s.
-stop_pid() {
-  local pid=$1
-  [[ -n $pid ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=../lib.sh
+source "$repo/bench/lib.sh"
 
 cleanup() {
   stop_pid "$dtrun_pid"

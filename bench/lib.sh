@@ -1,0 +1,15 @@
+# Shared by the benchmarks' run.sh scripts (source it).
+
+# stop_pid PID [GRACE_SECONDS=5]: SIGTERM, wait up to the grace, then SIGKILL; reaps the process.
+# Processes are only ever stopped by their pid, never by name.
+stop_pid() {
+  local pid=$1 grace=${2:-5}
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq $((grace * 10))); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
