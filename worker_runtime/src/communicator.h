@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrun/runtime.h"
+
 #include "store_handle.h"
 
 namespace dtrun::runtime::detail {
@@ -32,9 +33,9 @@ struct CommunicatorConfig {
   std::string groupName;               // unique per group within the attempt: store key prefix
   int rank = 0;                        // in this group
   int size = 1;
-  std::vector<int> globalRanks;        // globalRanks[r] = job rank of group rank r (for messages)
+  std::vector<int> globalRanks;  // globalRanks[r] = job rank of group rank r (for messages)
   std::chrono::milliseconds timeout{300000};
-  int cudaDevice = 0;                  // Nccl only
+  int cudaDevice = 0;  // Nccl only
 };
 
 class Communicator {

@@ -2,8 +2,9 @@
 #include <algorithm>
 #include <set>
 
-#include "communicator.h"
 #include "dtrun/runtime.h"
+
+#include "communicator.h"
 
 namespace dtrun::runtime {
 namespace {
@@ -65,9 +66,9 @@ namespace {
 void checkBuffer(const Buffer& b, Backend backend, const char* op) {
   require(b.data != nullptr || b.count == 0, std::string(op) + ": buffer data is null");
   const bool wantsCuda = backend == Backend::kNccl;
-  require((b.device == Device::kCuda) == wantsCuda,
-          std::string(op) + ": the " + backendName(backend) + " backend takes " +
-              (wantsCuda ? "CUDA" : "CPU") + " buffers");
+  require((b.device == Device::kCuda) == wantsCuda, std::string(op) + ": the " +
+                                                        backendName(backend) + " backend takes " +
+                                                        (wantsCuda ? "CUDA" : "CPU") + " buffers");
 }
 
 void checkPeer(int peer, int self, int size, const char* op) {

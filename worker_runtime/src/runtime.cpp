@@ -1,4 +1,6 @@
 // init(), the small public helpers, and Work.
+#include "dtrun/runtime.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -7,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "communicator.h"
-#include "dtrun/runtime.h"
 #include "error_handlers.h"
 #include "store_handle.h"
 
@@ -125,23 +126,24 @@ Context init(const InitOptions& options) {
   c.rank = static_cast<int>(parseInt("RANK", requireEnv("RANK"), 0, 1 << 24));
   c.worldSize = static_cast<int>(parseInt("WORLD_SIZE", requireEnv("WORLD_SIZE"), 1, 1 << 24));
   if (c.rank >= c.worldSize) {
-    throw ConfigError("RANK=" + std::to_string(c.rank) + " is not below WORLD_SIZE=" +
-                      std::to_string(c.worldSize));
+    throw ConfigError("RANK=" + std::to_string(c.rank) +
+                      " is not below WORLD_SIZE=" + std::to_string(c.worldSize));
   }
   c.localRank = static_cast<int>(parseInt("LOCAL_RANK", envOr("LOCAL_RANK", "0"), 0, 1 << 24));
-  c.localWorldSize = static_cast<int>(
-      parseInt("LOCAL_WORLD_SIZE", envOr("LOCAL_WORLD_SIZE", "1"), 1, 1 << 24));
-  c.restartCount = static_cast<int>(parseInt(
-      "TORCHELASTIC_RESTART_COUNT", envOr("TORCHELASTIC_RESTART_COUNT", "0"), 0, 1 << 30));
+  c.localWorldSize =
+      static_cast<int>(parseInt("LOCAL_WORLD_SIZE", envOr("LOCAL_WORLD_SIZE", "1"), 1, 1 << 24));
+  c.restartCount = static_cast<int>(
+      parseInt("TORCHELASTIC_RESTART_COUNT", envOr("TORCHELASTIC_RESTART_COUNT", "0"), 0, 1 << 30));
   c.runId = envOr("TORCHELASTIC_RUN_ID", "none");
   c.storeHost = requireEnv("MASTER_ADDR");
-  c.storePort = static_cast<std::uint16_t>(parseInt("MASTER_PORT", requireEnv("MASTER_PORT"), 1, 65535));
-  c.storePrefix =
-      envOr("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(c.restartCount));
-  c.timeout = options.timeout.count() > 0
-                  ? options.timeout
-                  : std::chrono::milliseconds(
-                        1000 * parseInt("DTRUN_TIMEOUT", envOr("DTRUN_TIMEOUT", "300"), 1, 1 << 24));
+  c.storePort =
+      static_cast<std::uint16_t>(parseInt("MASTER_PORT", requireEnv("MASTER_PORT"), 1, 65535));
+  c.storePrefix = envOr("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(c.restartCount));
+  c.timeout =
+      options.timeout.count() > 0
+          ? options.timeout
+          : std::chrono::milliseconds(
+                1000 * parseInt("DTRUN_TIMEOUT", envOr("DTRUN_TIMEOUT", "300"), 1, 1 << 24));
   if (options.installErrorHandlers) {
     detail::installErrorHandlers();
   }

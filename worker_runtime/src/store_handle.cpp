@@ -53,8 +53,8 @@ void StoreHandle::wait(const std::vector<std::string>& keys, std::chrono::millis
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto s = store_->wait(fullKeys, timeout); !s.isOk()) {
     if (s.code() == Errc::kTimeout && !waitingFor.empty()) {
-      throw TimeoutError("timed out after " + std::to_string(timeout.count()) +
-                         " ms waiting for " + waitingFor);
+      throw TimeoutError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
+                         waitingFor);
     }
     raise(s, "store wait");
   }

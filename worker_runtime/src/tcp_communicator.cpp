@@ -1,10 +1,868 @@
-// PLACEHOLDER while the tcp backend is being written; replaced by its real implementation.
+// The Tcp backend: our own CPU backend. Connections and framing live in tcp_setup/tcp_transport;
+// this file holds the algorithms, chosen by size:
+//   all_reduce      <= 64 KiB recursive doubling (non-powers of two fold the extra ranks in),
+//                   larger: pipelined ring reduce-scatter + all-gather
+//   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
+//   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
+//   all_gather      pipelined ring            reduce_scatter   pipelined ring
+//   gather/scatter  direct to/from the root   all_to_all       pairwise exchange
+//   barrier         dissemination (zero-byte messages)
+// all_reduce is bitwise identical on every rank: recursive doubling combines the two halves in
+// rank order on both sides, and the ring's all-gather copies each finished block.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <thread>
+
 #include "communicator.h"
+#include "log.h"
+#include "reduce.h"
+#include "tcp_setup.h"
+#include "tcp_transport.h"
 
 namespace dtrun::runtime::detail {
+namespace {
 
-std::unique_ptr<Communicator> makeTcpCommunicator(const CommunicatorConfig& /*config*/) {
-  throw ConfigError("the tcp backend is not implemented yet");
+using tcp::Clock;
+using tcp::Op;
+using tcp::OpKind;
+using tcp::OpState;
+using tcp::WaitResult;
+
+constexpr std::size_t kSmallBytes =
+    std::size_t{64} * 1024;  // recursive doubling / binomial tree up to this
+// Ring and chain messages are cut into segments so a rank forwards (and reduces) the first part
+// of a block while the rest is still arriving.
+constexpr std::size_t kSegmentBytes = std::size_t{256} * 1024;
+// Ring steps whose receives are posted ahead, so data lands in place instead of being
+// buffered as unexpected (each reduce-scatter step in flight needs one block of scratch).
+constexpr int kRingWindow = 2;
+// Step ids of recursive doubling's fold-in and fold-out messages (doubling steps are 1..31).
+constexpr std::uint32_t kFoldInStep = 0;
+constexpr std::uint32_t kFoldOutStep = 32;
+
+std::string millis(std::chrono::milliseconds timeout) { return std::to_string(timeout.count()); }
+
+// How long a waiting caller busy-polls before sleeping: DTRUN_TCP_SPIN_US if set, else 20 us
+// when every rank on this node can have a core of its own, else 0 (spinning ranks would then
+// steal the cores their peers need to answer).
+std::chrono::microseconds spinFor() {
+  constexpr long kDefaultSpinUs = 20;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
+  if (const char* text = std::getenv("DTRUN_TCP_SPIN_US"); text != nullptr && *text != '\0') {
+    return std::chrono::microseconds(std::clamp(std::strtol(text, nullptr, 10), 0L, 1000000L));
+  }
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): as above
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const long localRanks = local != nullptr ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
+  const auto cores = static_cast<long>(std::thread::hardware_concurrency());
+  return std::chrono::microseconds(cores > 0 && localRanks <= cores ? kDefaultSpinUs : 0);
+}
+
+std::string rankList(const std::set<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  bool first = true;
+  for (const int r : ranks) {
+    text += (first ? "" : ", ") + std::to_string(r);
+    first = false;
+  }
+  return text;
+}
+
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+}
+
+void copyBytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) {
+    std::memmove(dst, src, bytes);
+  }
+}
+
+std::byte* bytePtr(const Buffer& b) { return static_cast<std::byte*>(b.data); }
+
+// Grow-only scratch memory, uninitialised (it is always written before it is read).
+class Scratch {
+ public:
+  std::byte* get(std::size_t bytes) {
+    if (bytes > capacity_) {
+      data_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+      capacity_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t capacity_ = 0;
+};
+
+// Completion of an isend/irecv. Shares the transport, so it stays valid after the group.
+class TcpWork final : public WorkState {
+ public:
+  TcpWork(std::shared_ptr<tcp::Transport> transport, std::shared_ptr<Op> op,
+          std::chrono::milliseconds defaultTimeout, int globalPeer, int tag)
+      : transport_(std::move(transport)),
+        op_(std::move(op)),
+        defaultTimeout_(defaultTimeout),
+        globalPeer_(globalPeer),
+        tag_(tag) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto limit = timeout.count() > 0 ? timeout : defaultTimeout_;
+    const WaitResult result = transport_->wait(*op_, Clock::now() + limit, false);
+    if (result != WaitResult::kFinished) {
+      // The operation stays posted: a later wait() may still see it complete.
+      throw TimeoutError(std::string(op_->opName) + ": timed out after " + millis(limit) +
+                         " ms waiting for rank " + std::to_string(globalPeer_) + " (tag " +
+                         std::to_string(tag_) + ")");
+    }
+    if (op_->state == OpState::kFailed) {
+      throw CommError(op_->error);
+    }
+  }
+
+  [[nodiscard]] bool isCompleted() const override { return transport_->isFinished(*op_); }
+
+ private:
+  std::shared_ptr<tcp::Transport> transport_;
+  std::shared_ptr<Op> op_;
+  const std::chrono::milliseconds defaultTimeout_;
+  const int globalPeer_;
+  const int tag_;
+};
+
+class TcpCommunicator;
+
+// One collective call: posts its messages under the call's sequence number and waits for them
+// against one deadline. Any failure breaks the group (the ranks are no longer in step), tells
+// the peers why, and throws.
+class Call {
+ public:
+  Call(TcpCommunicator& comm, const char* name);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  Call(Call&&) = delete;
+  Call& operator=(Call&&) = delete;
+
+  Op& send(int peer, std::uint32_t step, const std::byte* data, std::size_t bytes);
+  Op& recv(int peer, std::uint32_t step, std::byte* data, std::size_t bytes);
+  void wait(Op& op);
+  void waitAll();  // every op posted so far
+  void finish() {
+    waitAll();
+    finished_ = true;
+  }
+
+ private:
+  Op& next();
+  [[noreturn]] void failWith(const std::string& reason, bool timeout);
+  [[nodiscard]] std::set<int> pendingRanks() const;
+
+  TcpCommunicator& comm_;
+  const char* name_;
+  const Clock::time_point deadline_;
+  const std::uint64_t tagBase_;
+  std::size_t used_ = 0;
+  std::size_t waited_ = 0;  // ops [0, waited_) are known to be done
+  bool finished_ = false;
+};
+
+class TcpCommunicator final : public Communicator {
+ public:
+  explicit TcpCommunicator(const CommunicatorConfig& config)
+      : config_(config),
+        transport_(std::make_shared<tcp::Transport>(tcp::connectMesh(config), config.globalRanks,
+                                                    spinFor())) {
+    transport_->start();
+    log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
+                         config_.size);
+  }
+
+  ~TcpCommunicator() override {
+    try {
+      transport_->stop();
+    } catch (const std::exception& e) {
+      log::runtime().warn("tcp: closing group '{}': {}", config_.groupName, e.what());
+    }
+  }
+  TcpCommunicator(const TcpCommunicator&) = delete;
+  TcpCommunicator& operator=(const TcpCommunicator&) = delete;
+  TcpCommunicator(TcpCommunicator&&) = delete;
+  TcpCommunicator& operator=(TcpCommunicator&&) = delete;
+
+  [[nodiscard]] int rank() const override { return config_.rank; }
+  [[nodiscard]] int size() const override { return config_.size; }
+  [[nodiscard]] Backend backend() const override { return Backend::kTcp; }
+  [[nodiscard]] std::chrono::milliseconds timeout() const override { return config_.timeout; }
+
+  void barrier() override;
+  void send(const Buffer& buffer, int dst, int tag) override;
+  void recv(const Buffer& buffer, int src, int tag) override;
+  std::shared_ptr<WorkState> isend(const Buffer& buffer, int dst, int tag) override;
+  std::shared_ptr<WorkState> irecv(const Buffer& buffer, int src, int tag) override;
+  void broadcast(const Buffer& buffer, int root) override;
+  void reduce(const Buffer& buffer, int root, ReduceOp op) override;
+  void allReduce(const Buffer& buffer, ReduceOp op) override;
+  void allGather(const Buffer& in, const Buffer& out) override;
+  void gather(const Buffer& in, const Buffer& out, int root) override;
+  void scatter(const Buffer& in, const Buffer& out, int root) override;
+  void reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) override;
+  void allToAll(const Buffer& in, const Buffer& out) override;
+  std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
+                                      const std::string& groupName) override;
+
+ private:
+  friend class Call;
+
+  void checkUsable(const char* name) const {
+    if (!broken_.empty()) {
+      throw CommError(std::string(name) + ": the group is unusable after an earlier failure (" +
+                      broken_ + ")");
+    }
+  }
+  void breakGroup(const std::string& reason) {
+    if (broken_.empty()) {
+      broken_ = reason;
+    }
+    transport_->abort(reason);
+  }
+  [[nodiscard]] int globalRank(int r) const {
+    return config_.globalRanks[static_cast<std::size_t>(r)];
+  }
+
+  void p2p(Op& op, int peer, int tag);
+  std::shared_ptr<WorkState> p2pAsync(OpKind kind, const Buffer& buffer, int peer, int tag,
+                                      const char* name);
+  void allReduceDoubling(const Buffer& buffer, ReduceOp op);
+  void allReduceRing(const Buffer& buffer, ReduceOp op);
+  // Runs `rsSteps` reduce-scatter then `agSteps` all-gather steps of a ring over `buf`, whose
+  // block c holds elements [offsets[c], offsets[c + 1]). Step s sends block (rank - s + shift)
+  // to the right and receives block (rank - s - 1 + shift) from the left; after n - 1
+  // reduce-scatter steps, rank r holds the full reduction of block (r + 1 + shift).
+  void ring(Call& call, std::byte* buf, const std::vector<std::size_t>& offsets, int rsSteps,
+            int agSteps, int shift, DataType type, ReduceOp op);
+  std::vector<std::size_t>& balancedOffsets(std::size_t count);
+
+  const CommunicatorConfig config_;
+  std::shared_ptr<tcp::Transport> transport_;
+  std::string broken_;  // why the group is unusable (a collective failed)
+  std::uint32_t sequence_ = 0;
+  // Per-call state, reused so that steady-state collectives do not allocate.
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<Op*> ringRecvs_;
+  std::vector<std::size_t> offsets_;
+  Scratch scratch_;  // received data waiting to be reduced
+  Scratch work_;     // a copy of an input the caller's buffer must not see changed
+};
+
+// ---- Call -------------------------------------------------------------------------------------
+
+Call::Call(TcpCommunicator& comm, const char* name)
+    : comm_(comm),
+      name_(name),
+      deadline_(Clock::now() + comm.config_.timeout),
+      tagBase_(tcp::kCollectiveTagBit |
+               (static_cast<std::uint64_t>(comm.sequence_++ & 0x3fffffffU) << 32)) {
+  comm.checkUsable(name);
+}
+
+Call::~Call() {
+  if (!finished_ && comm_.broken_.empty()) {
+    // Left by an exception (not ours: failWith already broke the group): ops may still point
+    // into the caller's buffers, so the transport must drop them.
+    comm_.breakGroup(std::string(name_) + " was interrupted");
+  }
+}
+
+Op& Call::next() {
+  if (used_ == comm_.ops_.size()) {
+    comm_.ops_.push_back(std::make_unique<Op>());
+  }
+  return *comm_.ops_[used_++];
+}
+
+Op& Call::send(int peer, std::uint32_t step, const std::byte* data, std::size_t bytes) {
+  Op& op = next();
+  // The transport only reads a send's buffer.
+  op.reset(OpKind::kSend, peer, tagBase_ | step, const_cast<std::byte*>(data), bytes, name_);
+  comm_.transport_->post(op);
+  return op;
+}
+
+Op& Call::recv(int peer, std::uint32_t step, std::byte* data, std::size_t bytes) {
+  Op& op = next();
+  op.reset(OpKind::kRecv, peer, tagBase_ | step, data, bytes, name_);
+  comm_.transport_->post(op);
+  return op;
+}
+
+void Call::wait(Op& op) {
+  const WaitResult result = comm_.transport_->wait(op, deadline_, true);
+  if (result == WaitResult::kFinished) {
+    if (op.state == OpState::kDone) {
+      return;
+    }
+    failWith(op.error, false);
+  }
+  const std::set<int> waitingFor = pendingRanks();
+  if (result == WaitResult::kPeerCrashed) {
+    // The peer's reason may blame a rank that was itself only waiting (a timeout travels along
+    // a ring): what this rank still waited for helps find the one that never came.
+    failWith(std::string(name_) + ": " + comm_.transport_->crashReason() +
+                 (waitingFor.empty() ? "" : "; this rank was waiting for " + rankList(waitingFor)),
+             false);
+  }
+  failWith(std::string(name_) + ": timed out after " + millis(comm_.config_.timeout) +
+               " ms waiting for " + rankList(waitingFor),
+           true);
+}
+
+std::set<int> Call::pendingRanks() const {
+  std::set<int> ranks;
+  for (std::size_t i = 0; i < used_; ++i) {
+    const Op& pending = *comm_.ops_[i];
+    if (!comm_.transport_->isFinished(pending)) {
+      ranks.insert(comm_.globalRank(pending.peer));
+    }
+  }
+  return ranks;
+}
+
+void Call::waitAll() {
+  for (; waited_ < used_; ++waited_) {
+    wait(*comm_.ops_[waited_]);
+  }
+}
+
+void Call::failWith(const std::string& reason, bool timeout) {
+  finished_ = true;
+  comm_.breakGroup(reason);
+  if (timeout) {
+    throw TimeoutError(reason);
+  }
+  throw CommError(reason);
+}
+
+// ---- point to point -------------------------------------------------------------------------
+
+std::uint64_t userTag(int tag) { return static_cast<std::uint32_t>(tag); }
+
+void TcpCommunicator::send(const Buffer& buffer, int dst, int tag) {
+  checkUsable("send");
+  Op op;
+  op.reset(OpKind::kSend, dst, userTag(tag), bytePtr(buffer), buffer.bytes(), "send");
+  transport_->post(op);
+  p2p(op, dst, tag);
+}
+
+void TcpCommunicator::recv(const Buffer& buffer, int src, int tag) {
+  checkUsable("recv");
+  Op op;
+  op.reset(OpKind::kRecv, src, userTag(tag), bytePtr(buffer), buffer.bytes(), "recv");
+  transport_->post(op);
+  p2p(op, src, tag);
+}
+
+void TcpCommunicator::p2p(Op& op, int peer, int tag) {
+  if (transport_->wait(op, Clock::now() + config_.timeout, false) != WaitResult::kFinished) {
+    // The caller's buffer is about to go away: the transport must forget the op first.
+    transport_->cancel(op);
+    if (op.state != OpState::kDone) {
+      throw TimeoutError(std::string(op.opName) + ": timed out after " + millis(config_.timeout) +
+                         " ms waiting for rank " + std::to_string(globalRank(peer)) + " (tag " +
+                         std::to_string(tag) + ")");
+    }
+  }
+  if (op.state == OpState::kFailed) {
+    throw CommError(op.error);
+  }
+}
+
+std::shared_ptr<WorkState> TcpCommunicator::p2pAsync(OpKind kind, const Buffer& buffer, int peer,
+                                                     int tag, const char* name) {
+  checkUsable(name);
+  auto op = std::make_shared<Op>();
+  op->reset(kind, peer, userTag(tag), bytePtr(buffer), buffer.bytes(), name);
+  transport_->postAsync(op);
+  return std::make_shared<TcpWork>(transport_, std::move(op), config_.timeout, globalRank(peer),
+                                   tag);
+}
+
+std::shared_ptr<WorkState> TcpCommunicator::isend(const Buffer& buffer, int dst, int tag) {
+  return p2pAsync(OpKind::kSend, buffer, dst, tag, "isend");
+}
+
+std::shared_ptr<WorkState> TcpCommunicator::irecv(const Buffer& buffer, int src, int tag) {
+  return p2pAsync(OpKind::kRecv, buffer, src, tag, "irecv");
+}
+
+// ---- barrier --------------------------------------------------------------------------------
+
+void TcpCommunicator::barrier() {
+  const int n = size();
+  if (n == 1) {
+    checkUsable("barrier");
+    return;
+  }
+  Call call(*this, "barrier");
+  const int r = rank();
+  std::uint32_t round = 0;
+  for (int distance = 1; distance < n; distance <<= 1, ++round) {
+    Op& in = call.recv((r - distance + n) % n, round, nullptr, 0);
+    call.send((r + distance) % n, round, nullptr, 0);
+    call.wait(in);
+  }
+  call.finish();
+}
+
+// ---- all_reduce -----------------------------------------------------------------------------
+
+void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
+  if (size() == 1 || buffer.count == 0) {
+    checkUsable("all_reduce");
+    return;
+  }
+  if (buffer.bytes() <= kSmallBytes) {
+    allReduceDoubling(buffer, op);
+  } else {
+    allReduceRing(buffer, op);
+  }
+  if (op == ReduceOp::kAvg) {
+    finishAverage(buffer.data, buffer.count, buffer.dtype, size());
+  }
+}
+
+void TcpCommunicator::allReduceDoubling(const Buffer& buffer, ReduceOp op) {
+  Call call(*this, "all_reduce");
+  const int n = size();
+  const int r = rank();
+  std::byte* buf = bytePtr(buffer);
+  const std::size_t bytes = buffer.bytes();
+  std::byte* theirs = scratch_.get(bytes);
+  // Both partners compute op(lower half, upper half), in that order, so every rank ends with
+  // the same bits even where op(a, b) and op(b, a) differ (NaN payloads, -0 vs +0).
+  auto combine = [&](bool mineIsLower) {
+    if (mineIsLower) {
+      reduceInto(buf, theirs, buffer.count, buffer.dtype, op);
+    } else {
+      reduceInto(theirs, buf, buffer.count, buffer.dtype, op);
+      std::memcpy(buf, theirs, bytes);
+    }
+  };
+  // With n = 2^k + rem, the first 2 * rem ranks pair up: the even one hands its data to the
+  // odd one and sits out the doubling, then gets the result back.
+  const int pof2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int rem = n - pof2;
+  int newRank = r - rem;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      call.wait(call.send(r + 1, kFoldInStep, buf, bytes));
+      newRank = -1;
+    } else {
+      call.wait(call.recv(r - 1, kFoldInStep, theirs, bytes));
+      combine(false);
+      newRank = r / 2;
+    }
+  }
+  if (newRank >= 0) {
+    std::uint32_t step = 1;
+    for (int mask = 1; mask < pof2; mask <<= 1, ++step) {
+      const int newPeer = newRank ^ mask;
+      const int peer = newPeer < rem ? newPeer * 2 + 1 : newPeer + rem;
+      Op& in = call.recv(peer, step, theirs, bytes);
+      Op& out = call.send(peer, step, buf, bytes);
+      call.wait(in);
+      call.wait(out);  // buf is about to change: the send must have left it
+      combine(newRank < newPeer);
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 1) {
+      call.send(r - 1, kFoldOutStep, buf, bytes);
+    } else {
+      call.recv(r + 1, kFoldOutStep, buf, bytes);
+    }
+  }
+  call.finish();
+}
+
+std::vector<std::size_t>& TcpCommunicator::balancedOffsets(std::size_t count) {
+  const auto n = static_cast<std::size_t>(size());
+  offsets_.resize(n + 1);
+  for (std::size_t c = 0; c <= n; ++c) {
+    offsets_[c] = count * c / n;
+  }
+  return offsets_;
+}
+
+void TcpCommunicator::allReduceRing(const Buffer& buffer, ReduceOp op) {
+  Call call(*this, "all_reduce");
+  const int n = size();
+  ring(call, bytePtr(buffer), balancedOffsets(buffer.count), n - 1, n - 1, 0, buffer.dtype, op);
+  call.finish();
+}
+
+void TcpCommunicator::ring(Call& call, std::byte* buf, const std::vector<std::size_t>& offsets,
+                           int rsSteps, int agSteps, int shift, DataType type, ReduceOp op) {
+  const int n = size();
+  const int r = rank();
+  const int steps = rsSteps + agSteps;
+  if (steps == 0) {
+    return;
+  }
+  const std::size_t esize = elementSize(type);
+  const int right = (r + 1) % n;
+  const int left = (r - 1 + n) % n;
+  auto blockOf = [&](int s) { return (((r - s + shift) % n) + n) % n; };
+  std::size_t maxBlock = 0;
+  for (int c = 0; c < n; ++c) {
+    maxBlock = std::max(
+        maxBlock, offsets[static_cast<std::size_t>(c) + 1] - offsets[static_cast<std::size_t>(c)]);
+  }
+  const std::size_t segmentElements = std::max<std::size_t>(1, kSegmentBytes / esize);
+  const std::size_t segments =
+      std::max<std::size_t>(1, (maxBlock + segmentElements - 1) / segmentElements);
+  // Segment j of block c: elements [first, last).
+  auto segment = [&](int c, std::size_t j) {
+    const std::size_t begin = offsets[static_cast<std::size_t>(c)];
+    const std::size_t length = offsets[static_cast<std::size_t>(c) + 1] - begin;
+    return std::pair{begin + length * j / segments, begin + length * (j + 1) / segments};
+  };
+  const int window = std::min(steps, kRingWindow);
+  const int slots = std::min(rsSteps, window);
+  std::byte* scratch =
+      slots > 0 ? scratch_.get(static_cast<std::size_t>(slots) * maxBlock * esize) : nullptr;
+  auto scratchFor = [&](int s, int c, std::size_t element) {
+    return scratch + ((static_cast<std::size_t>(s % slots) * maxBlock) +
+                      (element - offsets[static_cast<std::size_t>(c)])) *
+                         esize;
+  };
+  auto tagOf = [&](int s, std::size_t j) {
+    return static_cast<std::uint32_t>(static_cast<std::size_t>(s) * segments + j);
+  };
+  ringRecvs_.assign(static_cast<std::size_t>(steps) * segments, nullptr);
+  auto postReceives = [&](int s) {
+    const int c = blockOf(s + 1);
+    for (std::size_t j = 0; j < segments; ++j) {
+      const auto [first, last] = segment(c, j);
+      std::byte* dst = s < rsSteps ? scratchFor(s, c, first) : buf + first * esize;
+      ringRecvs_[tagOf(s, j)] = &call.recv(left, tagOf(s, j), dst, (last - first) * esize);
+    }
+  };
+  auto postSend = [&](int s, std::size_t j) {
+    const auto [first, last] = segment(blockOf(s), j);
+    call.send(right, tagOf(s, j), buf + first * esize, (last - first) * esize);
+  };
+
+  for (std::size_t j = 0; j < segments; ++j) {
+    postSend(0, j);
+  }
+  for (int s = 0; s < window; ++s) {
+    postReceives(s);
+  }
+  for (int s = 0; s < steps; ++s) {
+    const int c = blockOf(s + 1);
+    for (std::size_t j = 0; j < segments; ++j) {
+      call.wait(*ringRecvs_[tagOf(s, j)]);
+      if (s < rsSteps) {
+        const auto [first, last] = segment(c, j);
+        reduceInto(buf + first * esize, scratchFor(s, c, first), last - first, type, op);
+      }
+      if (s + 1 < steps) {
+        postSend(s + 1, j);  // forward what just arrived while the next segment comes in
+      }
+    }
+    if (s + window < steps) {
+      postReceives(s + window);  // reuses the scratch slot step s just finished with
+    }
+  }
+  call.waitAll();
+}
+
+// ---- broadcast and reduce -------------------------------------------------------------------
+
+void TcpCommunicator::broadcast(const Buffer& buffer, int root) {
+  const int n = size();
+  if (n == 1 || buffer.count == 0) {
+    checkUsable("broadcast");
+    return;
+  }
+  Call call(*this, "broadcast");
+  const int vr = (rank() - root + n) % n;  // rank relative to the root
+  auto real = [&](int v) { return (v + root) % n; };
+  std::byte* buf = bytePtr(buffer);
+  const std::size_t bytes = buffer.bytes();
+  if (bytes <= kSmallBytes || n <= 2) {
+    // Binomial tree: receive from the parent, then send to the children, farthest first.
+    int mask = 1;
+    while (mask < n) {
+      if ((vr & mask) != 0) {
+        call.wait(call.recv(real(vr - mask), 0, buf, bytes));
+        break;
+      }
+      mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (vr + mask < n) {
+        call.send(real(vr + mask), 0, buf, bytes);
+      }
+    }
+  } else {
+    // Pipelined chain: each rank forwards a segment as soon as it has it, so the time is about
+    // one transfer of the buffer, not log2(n) of them.
+    const std::size_t segments = (bytes + kSegmentBytes - 1) / kSegmentBytes;
+    auto range = [&](std::size_t j) {
+      return std::pair{bytes * j / segments, bytes * (j + 1) / segments};
+    };
+    ringRecvs_.assign(segments, nullptr);
+    if (vr > 0) {
+      for (std::size_t j = 0; j < segments; ++j) {
+        const auto [first, last] = range(j);
+        ringRecvs_[j] =
+            &call.recv(real(vr - 1), static_cast<std::uint32_t>(j), buf + first, last - first);
+      }
+    }
+    for (std::size_t j = 0; j < segments; ++j) {
+      if (vr > 0) {
+        call.wait(*ringRecvs_[j]);
+      }
+      if (vr + 1 < n) {
+        const auto [first, last] = range(j);
+        call.send(real(vr + 1), static_cast<std::uint32_t>(j), buf + first, last - first);
+      }
+    }
+  }
+  call.finish();
+}
+
+void TcpCommunicator::reduce(const Buffer& buffer, int root, ReduceOp op) {
+  const int n = size();
+  if (n == 1 || buffer.count == 0) {
+    checkUsable("reduce");
+    return;
+  }
+  const int r = rank();
+  const std::size_t bytes = buffer.bytes();
+  // Only the root's buffer receives the result; the others' stay as they were.
+  std::byte* acc = bytePtr(buffer);
+  if (r != root) {
+    acc = work_.get(bytes);
+    std::memcpy(acc, buffer.data, bytes);
+  }
+  {
+    Call call(*this, "reduce");
+    if (bytes <= kSmallBytes) {
+      // Binomial tree towards the root; all the children's receives are posted at once.
+      const int vr = (r - root + n) % n;
+      auto real = [&](int v) { return (v + root) % n; };
+      std::array<int, 32> children{};
+      std::size_t childCount = 0;
+      int parent = -1;
+      for (int mask = 1; mask < n; mask <<= 1) {
+        if ((vr & mask) != 0) {
+          parent = real(vr - mask);
+          break;
+        }
+        if (vr + mask < n) {
+          children[childCount++] = real(vr + mask);
+        }
+      }
+      std::byte* theirs = scratch_.get(std::max<std::size_t>(childCount, 1) * bytes);
+      std::array<Op*, 32> fromChild{};
+      for (std::size_t i = 0; i < childCount; ++i) {
+        fromChild[i] = &call.recv(children[i], 0, theirs + i * bytes, bytes);
+      }
+      for (std::size_t i = 0; i < childCount; ++i) {
+        call.wait(*fromChild[i]);
+        reduceInto(acc, theirs + i * bytes, buffer.count, buffer.dtype, op);
+      }
+      if (parent >= 0) {
+        call.send(parent, 0, acc, bytes);
+      }
+    } else {
+      // Ring reduce-scatter leaves block r fully reduced on rank r; the blocks then go to the
+      // root. Bandwidth-optimal: every rank sends about one buffer in all.
+      const std::vector<std::size_t>& offsets = balancedOffsets(buffer.count);
+      ring(call, acc, offsets, n - 1, 0, -1, buffer.dtype, op);
+      const std::size_t esize = elementSize(buffer.dtype);
+      auto blockOf = [&](int c) {
+        const std::size_t first = offsets[static_cast<std::size_t>(c)];
+        return std::pair{first * esize, (offsets[static_cast<std::size_t>(c) + 1] - first) * esize};
+      };
+      if (r == root) {
+        for (int q = 0; q < n; ++q) {
+          if (q != root) {
+            const auto [offset, length] = blockOf(q);
+            call.recv(q, 1U << 31, acc + offset, length);
+          }
+        }
+      } else {
+        const auto [offset, length] = blockOf(r);
+        call.send(root, 1U << 31, acc + offset, length);
+      }
+    }
+    call.finish();
+  }
+  if (r == root && op == ReduceOp::kAvg) {
+    finishAverage(buffer.data, buffer.count, buffer.dtype, n);
+  }
+}
+
+// ---- gather, scatter, all_gather, reduce_scatter, all_to_all --------------------------------
+
+void TcpCommunicator::allGather(const Buffer& in, const Buffer& out) {
+  const int n = size();
+  const std::size_t bytes = in.bytes();
+  // Own block first: afterwards `in` is never read, so it may alias any part of `out`.
+  copyBytes(bytePtr(out) + static_cast<std::size_t>(rank()) * bytes, in.data, bytes);
+  if (n == 1 || in.count == 0) {
+    checkUsable("all_gather");
+    return;
+  }
+  Call call(*this, "all_gather");
+  offsets_.resize(static_cast<std::size_t>(n) + 1);
+  for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
+    offsets_[c] = c * in.count;
+  }
+  ring(call, bytePtr(out), offsets_, 0, n - 1, 0, in.dtype, ReduceOp::kSum);
+  call.finish();
+}
+
+void TcpCommunicator::gather(const Buffer& in, const Buffer& out, int root) {
+  const int n = size();
+  const int r = rank();
+  const std::size_t bytes = in.bytes();
+  if (r == root) {
+    copyBytes(bytePtr(out) + static_cast<std::size_t>(r) * bytes, in.data, bytes);
+  }
+  if (n == 1 || in.count == 0) {
+    checkUsable("gather");
+    return;
+  }
+  Call call(*this, "gather");
+  if (r == root) {
+    for (int q = 0; q < n; ++q) {
+      if (q != r) {
+        call.recv(q, 0, bytePtr(out) + static_cast<std::size_t>(q) * bytes, bytes);
+      }
+    }
+  } else {
+    call.send(root, 0, bytePtr(in), bytes);
+  }
+  call.finish();
+}
+
+void TcpCommunicator::scatter(const Buffer& in, const Buffer& out, int root) {
+  const int n = size();
+  const int r = rank();
+  const std::size_t bytes = out.bytes();
+  if (n > 1 && out.count > 0) {
+    Call call(*this, "scatter");
+    if (r == root) {
+      for (int q = 0; q < n; ++q) {
+        if (q != r) {
+          call.send(q, 0, bytePtr(in) + static_cast<std::size_t>(q) * bytes, bytes);
+        }
+      }
+    } else {
+      call.recv(root, 0, bytePtr(out), bytes);
+    }
+    call.finish();
+  } else {
+    checkUsable("scatter");
+  }
+  // After the sends: `out` may alias another rank's block of `in`.
+  if (r == root) {
+    copyBytes(out.data, bytePtr(in) + static_cast<std::size_t>(r) * bytes, bytes);
+  }
+}
+
+void TcpCommunicator::reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) {
+  const int n = size();
+  const std::size_t bytes = out.bytes();
+  if (n == 1 || out.count == 0) {
+    checkUsable("reduce_scatter");
+    copyBytes(out.data, in.data, bytes);
+    return;
+  }
+  // The ring reduces in place, and the caller's input must stay as it was.
+  std::byte* work = work_.get(in.bytes());
+  std::memcpy(work, in.data, in.bytes());
+  {
+    Call call(*this, "reduce_scatter");
+    offsets_.resize(static_cast<std::size_t>(n) + 1);
+    for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
+      offsets_[c] = c * out.count;
+    }
+    ring(call, work, offsets_, n - 1, 0, -1, in.dtype, op);
+    call.finish();
+  }
+  std::memcpy(out.data, work + static_cast<std::size_t>(rank()) * bytes, bytes);
+  if (op == ReduceOp::kAvg) {
+    finishAverage(out.data, out.count, out.dtype, n);
+  }
+}
+
+void TcpCommunicator::allToAll(const Buffer& in, const Buffer& out) {
+  const int n = size();
+  const int r = rank();
+  const std::size_t total = in.bytes();
+  const std::size_t block = total / static_cast<std::size_t>(n);
+  const std::byte* source = bytePtr(in);
+  if (overlaps(in.data, total, out.data, total) && n > 1) {
+    std::byte* copy = work_.get(total);
+    std::memcpy(copy, in.data, total);
+    source = copy;
+  }
+  copyBytes(bytePtr(out) + static_cast<std::size_t>(r) * block,
+            source + static_cast<std::size_t>(r) * block, block);
+  if (n == 1 || block == 0) {
+    checkUsable("all_to_all");
+    return;
+  }
+  Call call(*this, "all_to_all");
+  // Pairwise exchange: in step i, send to r + i and receive from r - i. Every message is posted
+  // at once; each peer's stream still carries them in step order.
+  for (int i = 1; i < n; ++i) {
+    const int to = (r + i) % n;
+    const int from = (r - i + n) % n;
+    call.recv(from, 0, bytePtr(out) + static_cast<std::size_t>(from) * block, block);
+    call.send(to, 0, source + static_cast<std::size_t>(to) * block, block);
+  }
+  call.finish();
+}
+
+// ---- groups ---------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> TcpCommunicator::split(const std::vector<int>& ranks,
+                                                     const std::string& groupName) {
+  checkUsable("new_group");
+  CommunicatorConfig sub;
+  sub.store = config_.store;
+  sub.groupName = config_.groupName + "/" + groupName;
+  sub.size = static_cast<int>(ranks.size());
+  sub.timeout = config_.timeout;
+  sub.cudaDevice = config_.cudaDevice;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank()) {
+      sub.rank = static_cast<int>(i);
+    }
+    sub.globalRanks.push_back(globalRank(ranks[i]));
+  }
+  return std::make_unique<TcpCommunicator>(sub);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> makeTcpCommunicator(const CommunicatorConfig& config) {
+  return std::make_unique<TcpCommunicator>(config);
 }
 
 }  // namespace dtrun::runtime::detail

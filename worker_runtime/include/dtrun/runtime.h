@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -46,7 +47,15 @@ class CommError : public Error {
 
 // ---- buffers --------------------------------------------------------------------------------
 
-enum class DataType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt8, kFloat16, kBFloat16 };
+enum class DataType : std::uint8_t {
+  kFloat32,
+  kFloat64,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kFloat16,
+  kBFloat16
+};
 enum class ReduceOp : std::uint8_t { kSum, kProd, kMin, kMax, kAvg };
 enum class Device : std::uint8_t { kCpu, kCuda };
 
@@ -68,15 +77,25 @@ struct Buffer {
 template <typename T>
 constexpr DataType dataTypeOf();
 template <>
-constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
+constexpr DataType dataTypeOf<float>() {
+  return DataType::kFloat32;
+}
 template <>
-constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
+constexpr DataType dataTypeOf<double>() {
+  return DataType::kFloat64;
+}
 template <>
-constexpr DataType dataTypeOf<std::int32_t>() { return DataType::kInt32; }
+constexpr DataType dataTypeOf<std::int32_t>() {
+  return DataType::kInt32;
+}
 template <>
-constexpr DataType dataTypeOf<std::int64_t>() { return DataType::kInt64; }
+constexpr DataType dataTypeOf<std::int64_t>() {
+  return DataType::kInt64;
+}
 template <>
-constexpr DataType dataTypeOf<std::uint8_t>() { return DataType::kUInt8; }
+constexpr DataType dataTypeOf<std::uint8_t>() {
+  return DataType::kUInt8;
+}
 
 template <typename T>
 Buffer view(std::span<T> s) {
@@ -101,11 +120,12 @@ struct Context {
   int worldSize = 1;
   int localRank = 0;
   int localWorldSize = 1;
-  int restartCount = 0;          // TORCHELASTIC_RESTART_COUNT
-  std::string runId;             // TORCHELASTIC_RUN_ID
-  std::string storeHost;         // MASTER_ADDR
-  std::uint16_t storePort = 0;   // MASTER_PORT
-  std::string storePrefix;       // "/worker/attempt_<restartCount>": keys of earlier attempts are never read
+  int restartCount = 0;         // TORCHELASTIC_RESTART_COUNT
+  std::string runId;            // TORCHELASTIC_RUN_ID
+  std::string storeHost;        // MASTER_ADDR
+  std::uint16_t storePort = 0;  // MASTER_PORT
+  std::string
+      storePrefix;  // "/worker/attempt_<restartCount>": keys of earlier attempts are never read
   std::chrono::milliseconds timeout{300000};
   std::shared_ptr<StoreHandle> store;  // connected, with storePrefix applied
 };
@@ -151,7 +171,8 @@ class Work {
 class ProcessGroup {
  public:
   // Collective over every rank of `context`: every rank must call it with the same backend.
-  static std::unique_ptr<ProcessGroup> create(const Context& context, Backend backend = Backend::kTcp,
+  static std::unique_ptr<ProcessGroup> create(const Context& context,
+                                              Backend backend = Backend::kTcp,
                                               const GroupOptions& options = {});
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -174,7 +195,7 @@ class ProcessGroup {
   void allReduce(const Buffer& buffer, ReduceOp op = ReduceOp::kSum);
   // out holds size() * in.count elements, rank r's contribution at r * in.count.
   void allGather(const Buffer& in, const Buffer& out);
-  void gather(const Buffer& in, const Buffer& out, int root);  // out used on root only
+  void gather(const Buffer& in, const Buffer& out, int root);   // out used on root only
   void scatter(const Buffer& in, const Buffer& out, int root);  // in used on root only
   // in holds size() * out.count elements; rank r receives the reduction of block r.
   void reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op = ReduceOp::kSum);
@@ -190,5 +211,23 @@ class ProcessGroup {
   std::unique_ptr<detail::Communicator> communicator_;
   int groupsCreated_ = 0;
 };
+
+// ---- logging --------------------------------------------------------------------------------
+
+// Rank-aware log lines for worker programs and libdtrt itself: "[rank 3] [warn] message" on
+// stderr (R from RANK). The level comes from DTRT_LOG_LEVEL (debug, info, warn, error, off;
+// default warn) unless setLogLevel() was called. With DTRT_LOG_FILE=path (a "{rank}" in it
+// becomes the rank) lines are also appended, timestamped, to that per-rank file. The
+// environment is read on first use. Thread-safe: each line is written whole under one mutex.
+enum class LogLevel : std::uint8_t { kDebug, kInfo, kWarn, kError, kOff };
+
+void setLogLevel(LogLevel level);
+[[nodiscard]] LogLevel logLevel();
+[[nodiscard]] bool logEnabled(LogLevel level);  // to skip building an expensive message
+void logMessage(LogLevel level, std::string_view message);
+inline void logDebug(std::string_view message) { logMessage(LogLevel::kDebug, message); }
+inline void logInfo(std::string_view message) { logMessage(LogLevel::kInfo, message); }
+inline void logWarn(std::string_view message) { logMessage(LogLevel::kWarn, message); }
+inline void logError(std::string_view message) { logMessage(LogLevel::kError, message); }
 
 }  // namespace dtrun::runtime
