@@ -21,7 +21,7 @@ std::string envOr(const char* name, const std::string& fallback) {
 }
 
 std::string requireEnv(const char* name) {
-  const std::string value = envOr(name, "");
+  std::string value = envOr(name, "");
   if (value.empty()) {
     throw ConfigError(std::string(name) +
                       " is not set: run this program under dtrun (or torchrun), e.g. "
