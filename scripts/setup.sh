@@ -8,7 +8,7 @@ packages=(
   clang clang-format clang-tidy libclang-rt-dev
   libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
   libtorch-dev python3-torch
-  iproute2 procps
+  iproute2 procps gnuplot-nox
 )
 
 missing=()
