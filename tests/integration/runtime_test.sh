@@ -215,6 +215,32 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
+# die: an uncaught exception / SIGSEGV in rank 1 writes TORCHELASTIC_ERROR_FILE, which dtrun's
+# failure report quotes; rank 0's log lines carry its rank, at DTRT_LOG_LEVEL=info.
+for how in throw segv; do
+  name=die_$how
+  want_rc=134 want_text="std::runtime_error: boom from rank 1"
+  if [[ $how == segv ]]; then want_rc=139 want_text="Signal 11 (SIGSEGV) received by rank 1"; fi
+  DTRT_LOG_LEVEL=info run "$name" 2 --shutdown_timeout=5 -- die "$how"
+  ok=0
+  expect_rc "$name" "$want_rc" || ok=1
+  if ! grep -qF "$want_text" "$work/$name.err"; then
+    note_fail "$name: expected dtrun's report to quote '$want_text'"; show "$name"; ok=1
+  fi
+  if ! grep -qE "error_file: .*/attempt_0/1/error.json" "$work/$name.err"; then
+    note_fail "$name: expected the report to name rank 1's error.json"; ok=1
+  fi
+  log0=$(logdir "$name")/0/stderr.log
+  if ! grep -qF "[rank 0] [info] info line from the worker" "$log0" ||
+    ! grep -qF "[rank 0] [warn] warn line from the worker" "$log0" ||
+    grep -qF "debug line from the worker" "$log0"; then
+    note_fail "$name: expected rank 0's stderr.log to hold its info and warn lines (not debug), got: $(head -c 300 "$log0")"
+    ok=1
+  fi
+  ((ok)) || echo "runtime_test: $name ok ($elapsed s)"
+done
+
+# ---------------------------------------------------------------------------------------------
 # nccl: only where a GPU is present (one rank per GPU, at most 4).
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then

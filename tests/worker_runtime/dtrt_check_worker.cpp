@@ -15,6 +15,8 @@
 //                        attempt 1 must form a fresh group under its own store prefix
 //   errors <backend>     bad environment and bad arguments throw ConfigError naming the problem
 //   noenv                outside dtrun: init() throws ConfigError naming RANK
+//   die <throw|segv>     rank 0 logs at every level and waits; rank 1 dies of an uncaught
+//                        exception or SIGSEGV: dtrun's report must quote its error file
 // Output: one "PASS <check>", "FAIL <check>: <why>" or "SKIP <check>: <why>" line per check on
 // stdout. Exit 0 when nothing failed, 1 otherwise (early-exit's dying rank: 3).
 #include <algorithm>
@@ -1474,6 +1476,31 @@ int usage() {
   return 2;
 }
 
+// The error file and worker logging, as a user would see them: through dtrun's failure report
+// and the per-rank logs. Rank 1 dies; rank 0 stays until dtrun stops it.
+int runDie(const std::string& how) {
+  const auto context = rt::init();
+  const auto group = rt::ProcessGroup::create(context, rt::Backend::kTcp);
+  if (context.rank == 0) {
+    rt::logDebug("debug line from the worker");
+    rt::logInfo("info line from the worker");
+    rt::logWarn("warn line from the worker");
+  }
+  group->barrier();  // rank 0 has logged before rank 1 dies
+  if (context.rank == 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    return 0;
+  }
+  if (context.rank == 1) {
+    if (how == "throw") {
+      throw std::runtime_error("boom from rank 1");
+    }
+    volatile int* nowhere = nullptr;
+    *nowhere = 1;  // NOLINT: the point is to crash
+  }
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
   Reporter report;
   const std::string mode = args.empty() ? "" : args[0];
@@ -1496,12 +1523,19 @@ int run(const std::vector<std::string>& args) {
   if (mode == "noenv" && args.size() == 1) {
     return runNoEnv(report);
   }
+  if (mode == "die" && args.size() == 2 && (arg1 == "throw" || arg1 == "segv")) {
+    return runDie(arg1);
+  }
   return usage();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `die throw` must reach std::terminate (and libdtrt's error file) uncaught.
+  if (argc == 3 && std::string(argv[1]) == "die") {
+    return run(std::vector<std::string>(argv + 1, argv + argc));
+  }
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {
