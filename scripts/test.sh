@@ -7,6 +7,24 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 step() { printf '\n=== %s\n' "$*"; }
 
+# Runs ctest in a build directory and adds its counts to the totals printed at the end.
+passed=0
+failed=0
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+run_ctest() {  # <build dir> [ctest args...]
+  local dir=$1 rc=0
+  shift
+  (cd "$dir" && ctest "$@") | tee "$summary" || rc=$?
+  local line total bad
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$summary" | tail -n 1)
+  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+  bad=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  passed=$((passed + ${total:-0} - ${bad:-0}))
+  failed=$((failed + ${bad:-0}))
+  return "$rc"
+}
+
 step "setup"
 bash scripts/setup.sh
 
@@ -15,18 +33,19 @@ bash scripts/format.sh --check
 
 step "release build and tests"
 bash scripts/build.sh release
-(cd build && ctest --output-on-failure --timeout 600 -j2)
+run_ctest build --output-on-failure --timeout 600 -j2
 
 step "ASan+UBSan build and tests"
 bash scripts/build.sh asan
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  ctest --output-on-failure --timeout 900 -j2)
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  run_ctest build-asan --output-on-failure --timeout 900 -j2
 
 step "TSan build: store and agent tests"
 bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure --timeout 900 -R '^(rdzv|agent)/')
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -R '^(rdzv|agent)/'
 
 step "clang-tidy"
 bash scripts/tidy.sh build
 
 step "all checks passed"
+echo "tests: $passed passed, $failed failed"
