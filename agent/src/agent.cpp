@@ -91,7 +91,9 @@ struct Worker {
   std::optional<ExitStatus> status;
 };
 
-enum class StopReason : std::uint8_t { kNone, kFailure, kSignal };
+// Why the group is being stopped: a worker failed (restart or report), a handled signal arrived
+// (exit 128+signal), or the group could not be started at all (exit with startupExitCode_).
+enum class StopReason : std::uint8_t { kNone, kFailure, kSignal, kStartup };
 
 class Agent {
  public:
@@ -250,8 +252,8 @@ class Agent {
     }
     if (!status.isOk()) {
       std::cerr << "dtrun: " << status.message() << "\n";
-      exitCode_ = status.code() == Errc::kNotFound ? kExitCannotRun : 1;
-      stopReason_ = StopReason::kSignal;  // not a worker failure: no restart, no report
+      startupExitCode_ = status.code() == Errc::kNotFound ? kExitCannotRun : 1;
+      stopReason_ = StopReason::kStartup;  // not a worker failure: no restart, no report
       beginStop(SIGKILL);
       if (allExited()) {  // nothing is left running: nothing will be reaped
         asio::post(io_, [this] { onAllExited(); });
@@ -444,8 +446,12 @@ class Agent {
         w.err->drainAndStop();
       }
     }
+    if (stopReason_ == StopReason::kStartup) {
+      finish(startupExitCode_);
+      return;
+    }
     if (stopReason_ == StopReason::kSignal) {
-      finish(exitCode_ != 0 ? exitCode_ : 128 + stopSignal_);
+      finish(128 + stopSignal_);
       return;
     }
     if (failures_.empty()) {
@@ -493,6 +499,7 @@ class Agent {
   StopReason stopReason_ = StopReason::kNone;
   int stopSignal_ = 0;
   int exitCode_ = 0;
+  int startupExitCode_ = 0;
   bool finished_ = false;
 };
 
