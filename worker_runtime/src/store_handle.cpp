@@ -17,6 +17,15 @@ StoreHandle::StoreHandle(std::unique_ptr<rdzv::Store> store, std::string prefix,
                          std::chrono::milliseconds timeout)
     : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
 
+std::vector<std::string> StoreHandle::full(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const auto& key : keys) {
+    out.push_back(full(key));
+  }
+  return out;
+}
+
 void StoreHandle::set(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto s = store_->set(full(key), value); !s.isOk()) {
@@ -45,11 +54,7 @@ std::int64_t StoreHandle::add(const std::string& key, std::int64_t delta) {
 
 void StoreHandle::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                        const std::string& waitingFor) {
-  std::vector<std::string> fullKeys;
-  fullKeys.reserve(keys.size());
-  for (const auto& key : keys) {
-    fullKeys.push_back(full(key));
-  }
+  const std::vector<std::string> fullKeys = full(keys);
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto s = store_->wait(fullKeys, timeout); !s.isOk()) {
     if (s.code() == Errc::kTimeout && !waitingFor.empty()) {
@@ -61,11 +66,7 @@ void StoreHandle::wait(const std::vector<std::string>& keys, std::chrono::millis
 }
 
 bool StoreHandle::check(const std::vector<std::string>& keys) {
-  std::vector<std::string> fullKeys;
-  fullKeys.reserve(keys.size());
-  for (const auto& key : keys) {
-    fullKeys.push_back(full(key));
-  }
+  const std::vector<std::string> fullKeys = full(keys);
   std::lock_guard<std::mutex> lock(mutex_);
   auto ready = store_->check(fullKeys);
   if (!ready.isOk()) {

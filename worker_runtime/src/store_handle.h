@@ -31,6 +31,7 @@ class StoreHandle {
 
  private:
   [[nodiscard]] std::string full(const std::string& key) const { return prefix_ + "/" + key; }
+  [[nodiscard]] std::vector<std::string> full(const std::vector<std::string>& keys) const;
 
   std::mutex mutex_;
   std::unique_ptr<rdzv::Store> store_;
