@@ -935,6 +935,12 @@ int runOps(Reporter& report, const std::string& backendName) {
         "rank " + std::to_string(pg->rank()) + " size " + std::to_string(pg->size()));
     std::printf("INFO %s create took %.3f s\n", label.c_str(), secondsSince(start));
   });
+  if (*backend == rt::Backend::kGloo) {
+    struct sigaction pipe {};
+    (void)::sigaction(SIGPIPE, nullptr, &pipe);
+    report.expect(pipe.sa_handler == SIG_IGN, label + " SIGPIPE ignored (a dead peer is an error)",
+                  "SIGPIPE is not SIG_IGN after creating a gloo group");
+  }
   if (pg == nullptr) {
     return 1;
   }

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cctype>
 #include <condition_variable>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -761,9 +762,20 @@ class GlooCommunicator final : public Communicator {
   std::uint32_t collectiveTag_ = 0;
 };
 
+// Gloo writes with writev(2), which raises SIGPIPE once a peer has died. Python ignores SIGPIPE
+// (so torch's Gloo never sees it); a C++ worker would be killed by it instead of getting the
+// CommError that names the dead peer. A handler the program installed itself is kept.
+void ignoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    static_cast<void>(::signal(SIGPIPE, SIG_IGN));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> makeGlooCommunicator(const CommunicatorConfig& config) {
+  ignoreSigpipeUnlessHandled();
   return std::make_unique<GlooCommunicator>(config, makeGlooDevice(), "ProcessGroup::create");
 }
 

@@ -171,6 +171,8 @@ class Work {
 class ProcessGroup {
  public:
   // Collective over every rank of `context`: every rank must call it with the same backend.
+  // kGloo sets SIGPIPE to SIG_IGN when it is SIG_DFL (as Python does): Gloo's writes to a dead
+  // peer must become a CommError, not kill the process.
   static std::unique_ptr<ProcessGroup> create(const Context& context,
                                               Backend backend = Backend::kTcp,
                                               const GroupOptions& options = {});
