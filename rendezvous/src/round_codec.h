@@ -1,0 +1,71 @@
+// The round protocol's key names and value encodings (JSON), shared by the keeper and members.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrun/round.h"
+
+namespace dtrun::rdzv::detail {
+
+// Keeper requests go to one queue for the whole store: "<jobId>" items.
+inline constexpr const char* kKeeperRequests = "dtrun/keepers";
+
+class RoundKeys {
+ public:
+  explicit RoundKeys(const std::string& jobId) : job_("dtrun/" + jobId + "/") {}
+  [[nodiscard]] std::string keeper() const { return job_ + "keeper"; }  // the settings, once
+  [[nodiscard]] std::string inbox() const { return job_ + "inbox"; }    // queue: keeper messages
+  [[nodiscard]] std::string round() const { return job_ + "round"; }    // the open round
+  [[nodiscard]] std::string finished() const { return job_ + "finished"; }
+  [[nodiscard]] std::string arrivals(int r) const { return in(r) + "arrivals"; }
+  [[nodiscard]] std::string node(int r, int slot) const {
+    return in(r) + "node/" + std::to_string(slot);
+  }
+  [[nodiscard]] std::string assign(int r, int slot) const {
+    return in(r) + "assign/" + std::to_string(slot);
+  }
+  [[nodiscard]] std::string status(int r) const { return in(r) + "status"; }
+  [[nodiscard]] std::string end(int r) const { return in(r) + "end"; }
+
+ private:
+  [[nodiscard]] std::string in(int r) const { return job_ + "r" + std::to_string(r) + "/"; }
+  std::string job_;
+};
+
+// Keeper messages: "<verb> <round> <slot> <agentId>", e.g. "join 3 0 host-a:1234".
+struct KeeperMessage {
+  std::string verb;  // join, hb, fail, done, leave, bye
+  int round = 0;
+  int slot = -1;
+  std::string agentId;
+};
+std::string encodeMessage(const KeeperMessage& message);
+std::optional<KeeperMessage> decodeMessage(const std::string& text);
+
+std::string encodeSettings(const RoundSettings& settings);
+std::optional<RoundSettings> decodeSettings(const std::string& text);
+
+std::string encodeRecord(const NodeRecord& record);
+std::optional<NodeRecord> decodeRecord(const std::string& text);
+
+std::string encodeEnd(const RoundEnd& end);
+std::optional<RoundEnd> decodeEnd(const std::string& text);
+
+// An assignment, or what a node that got none should do: wait as a spare, or stop (closed).
+struct AssignValue {
+  enum class Kind : std::uint8_t { kMember, kSpare, kClosed };
+  Kind kind = Kind::kMember;
+  Assignment assignment;
+  RoundEnd closedBy;
+};
+std::string encodeAssign(const AssignValue& value);
+std::optional<AssignValue> decodeAssign(const std::string& text);
+
+// Node ranks for `arrived` (in arrival order): explicit hints take their rank; the others fill
+// the remaining ranks, the store host first, then by scheduler order, then by arrival. Returns
+// the indices into `arrived` by node rank, at most `maxNodes` of them (the rest are spares).
+std::vector<std::size_t> orderNodes(const std::vector<NodeRecord>& arrived, int maxNodes);
+
+}  // namespace dtrun::rdzv::detail

@@ -1,0 +1,573 @@
+// The keeper of a job's rounds and the service that starts one per job. A keeper is a loop over
+// its job's inbox queue (a blocking pop: it wakes when a member writes, never polls) plus its
+// own monotonic deadlines: the last call, heartbeats, the join and close timeouts.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "dtrun/round.h"
+
+#include "log.h"
+#include "round_codec.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using detail::AssignValue;
+using detail::KeeperMessage;
+using detail::RoundKeys;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The longest a keeper blocks in one pop: how soon it notices that its service stops.
+constexpr milliseconds kPopSlice{500};
+constexpr milliseconds kStatusEvery{5000};
+
+std::string describeNode(int nodeRank, const NodeRecord& r) {
+  return "node " + std::to_string(nodeRank) + " (" + r.host + ")";
+}
+
+std::string seconds(milliseconds ms) {
+  const auto tenths = ms.count() / 100;
+  return std::to_string(tenths / 10) + (tenths % 10 != 0 ? "." + std::to_string(tenths % 10) : "") +
+         " s";
+}
+
+class Keeper {
+ public:
+  Keeper(std::unique_ptr<Store> store, const std::string& jobId, RoundSettings settings,
+         const std::atomic<bool>& stopping)
+      : store_(std::move(store)),
+        keys_(jobId),
+        jobId_(jobId),
+        settings_(settings),
+        stopping_(stopping),
+        expected_(settings.maxNodes) {}
+
+  void run() {
+    log::rdzv().info("keeper of job '{}': {}..{} nodes, last call {}, dead after {}", jobId_,
+                     settings_.minNodes, settings_.maxNodes, seconds(settings_.lastCallTimeout),
+                     seconds(settings_.deadAfter()));
+    if (!openRound(0)) {
+      return;
+    }
+    while (!stopping_.load() && !finished_) {
+      const auto now = Clock::now();
+      const auto wait = std::clamp(std::chrono::duration_cast<milliseconds>(nextDeadline() - now),
+                                   milliseconds(1), kPopSlice);
+      auto item = store_->queuePop(keys_.inbox(), wait);
+      if (item.isOk()) {
+        if (const auto message = detail::decodeMessage(item.value())) {
+          handle(*message);
+        } else {
+          log::rdzv().warn("keeper of job '{}': ignoring a malformed message '{}'", jobId_,
+                           item.value().substr(0, 80));
+        }
+      } else if (item.status().code() != Errc::kTimeout) {
+        log::rdzv().error("keeper of job '{}' lost its store: {}", jobId_, item.status().message());
+        return;
+      }
+      checkDeadlines(Clock::now());
+    }
+  }
+
+ private:
+  enum class Phase : std::uint8_t { kGathering, kRunning, kExiting, kClosed };
+
+  struct Member {
+    int slot = 0;
+    NodeRecord record;
+  };
+
+  // ---- rounds ----
+
+  bool openRound(int r) {
+    round_ = r;
+    phase_ = closedBy_ ? Phase::kClosed : Phase::kGathering;
+    arrived_.clear();
+    members_.clear();
+    done_.clear();
+    lastCall_.reset();
+    opened_ = Clock::now();
+    lastStatus_ = opened_;
+    if (r > 0) {
+      clearWorkerKeys();
+    }
+    if (auto s = store_->set(keys_.round(), std::to_string(r)); !s.isOk()) {
+      log::rdzv().error("keeper of job '{}': {}", jobId_, s.message());
+      return false;
+    }
+    if (closedBy_) {
+      closeUntil_ = Clock::now() + settings_.closeTimeout;
+    }
+    auto early = std::exchange(early_, {});
+    for (const auto& m : early) {
+      handle(m);
+    }
+    return true;
+  }
+
+  // Worker groups of every round bootstrap under "/worker/attempt_<n>"; a membership change
+  // keeps the attempt number, so the old round's keys must go before new workers look.
+  void clearWorkerKeys() {
+    auto keys = store_->listKeys();
+    if (!keys.isOk()) {
+      return;
+    }
+    for (const auto& key : keys.value()) {
+      if (key.rfind("/worker/", 0) == 0) {
+        static_cast<void>(store_->deleteKey(key));
+      }
+    }
+  }
+
+  void handle(const KeeperMessage& m) {
+    const auto now = Clock::now();
+    lastSeen_[m.agentId] = now;
+    if (m.verb == "hb") {
+      return;
+    }
+    if (m.round > round_) {
+      early_.push_back(m);  // a node saw this round end before the keeper did
+      return;
+    }
+    if (m.round < round_) {
+      // About a round that already ended: its end tells the sender what to do. A node that
+      // joined it too late is told to wait for that end (it is there already).
+      if (m.verb == "join") {
+        AssignValue v;
+        v.kind = AssignValue::Kind::kSpare;
+        static_cast<void>(store_->set(keys_.assign(m.round, m.slot), detail::encodeAssign(v)));
+      }
+      return;
+    }
+    if (m.verb == "join") {
+      onJoin(m.slot);
+    } else if (m.verb == "fail") {
+      if (auto end = store_->get(keys_.end(round_)); end.isOk()) {
+        if (auto decoded = detail::decodeEnd(end.value())) {
+          onRoundEnded(*decoded);
+        }
+      }
+    } else if (m.verb == "done") {
+      onDone(m.slot);
+    } else if (m.verb == "leave") {
+      onLeave(m.agentId);
+    } else if (m.verb == "bye") {
+      byes_.insert(m.agentId);
+      if (phase_ == Phase::kExiting && byes_.size() >= members_.size()) {
+        finish("every node passed the exit barrier");
+      }
+    }
+  }
+
+  void onJoin(int slot) {
+    auto text = store_->get(keys_.node(round_, slot));
+    const auto record = text.isOk() ? detail::decodeRecord(text.value()) : std::nullopt;
+    if (!record) {
+      log::rdzv().warn("keeper of job '{}': round {} slot {} has no valid record", jobId_, round_,
+                       slot);
+      return;
+    }
+    switch (phase_) {
+      case Phase::kClosed: {
+        AssignValue v;
+        v.kind = AssignValue::Kind::kClosed;
+        v.closedBy = *closedBy_;
+        static_cast<void>(store_->set(keys_.assign(round_, slot), detail::encodeAssign(v)));
+        closedTold_.insert(record->agentId);
+        if (closedTold_.size() >= static_cast<std::size_t>(expected_)) {
+          finish("every node was told the job is over");
+        }
+        return;
+      }
+      case Phase::kGathering:
+        arrived_.push_back({slot, *record});
+        considerClosing(Clock::now());
+        return;
+      case Phase::kRunning:
+      case Phase::kExiting:
+        onLateArrival(slot, *record);
+        return;
+    }
+  }
+
+  void considerClosing(Clock::time_point now) {
+    const int n = static_cast<int>(arrived_.size());
+    if (n >= settings_.maxNodes || (n >= settings_.minNodes && n >= expected_)) {
+      closeRound();
+    } else if (n >= settings_.minNodes) {
+      if (!lastCall_) {
+        lastCall_ = now + settings_.lastCallTimeout;
+      }
+      if (now >= *lastCall_) {
+        closeRound();
+      }
+    }
+  }
+
+  void closeRound() {
+    std::vector<NodeRecord> records;
+    records.reserve(arrived_.size());
+    for (const auto& a : arrived_) {
+      records.push_back(a.record);
+    }
+    const auto order = detail::orderNodes(records, settings_.maxNodes);
+    Assignment a;
+    a.round = round_;
+    a.attempt = attempt_;
+    a.nodeCount = static_cast<int>(order.size());
+    for (const auto i : order) {
+      a.members.push_back(records[i]);
+      a.worldSize += records[i].nproc;
+    }
+    std::vector<std::string> keys;
+    std::vector<Bytes> values;
+    std::set<std::size_t> chosen(order.begin(), order.end());
+    int offset = 0;
+    members_.clear();
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      const auto& arrival = arrived_[order[rank]];
+      AssignValue v;
+      v.assignment = a;
+      v.assignment.nodeRank = static_cast<int>(rank);
+      v.assignment.rankOffset = offset;
+      offset += arrival.record.nproc;
+      keys.push_back(keys_.assign(round_, arrival.slot));
+      values.push_back(detail::encodeAssign(v));
+      members_.push_back(arrival);
+    }
+    // Everyone shares the member list; only the per-slot values are what each node reads.
+    for (std::size_t i = 0; i < arrived_.size(); ++i) {
+      if (chosen.count(i) == 0) {
+        AssignValue v;
+        v.kind = AssignValue::Kind::kSpare;
+        keys.push_back(keys_.assign(round_, arrived_[i].slot));
+        values.push_back(detail::encodeAssign(v));
+        spares_[arrived_[i].record.agentId] = arrived_[i].record;
+      }
+    }
+    if (auto s = store_->multiSet(keys, values); !s.isOk()) {
+      log::rdzv().error("keeper of job '{}': publishing round {}: {}", jobId_, round_, s.message());
+      return;
+    }
+    phase_ = Phase::kRunning;
+    const auto now = Clock::now();
+    for (const auto& m : members_) {
+      lastSeen_[m.record.agentId] = now;
+      spares_.erase(m.record.agentId);
+    }
+    log::rdzv().info("job '{}' round {} (attempt {}): {} node(s), world size {}, {} spare(s)",
+                     jobId_, round_, attempt_, members_.size(), a.worldSize, spares_.size());
+  }
+
+  // A node that arrives while the round runs waits for its end (as a spare); when the job is
+  // below max, that end comes now.
+  void onLateArrival(int slot, const NodeRecord& record) {
+    spares_[record.agentId] = record;
+    AssignValue v;
+    v.kind = AssignValue::Kind::kSpare;
+    static_cast<void>(store_->set(keys_.assign(round_, slot), detail::encodeAssign(v)));
+    if (phase_ == Phase::kRunning && static_cast<int>(members_.size()) < settings_.maxNodes) {
+      RoundEnd end;
+      end.kind = RoundEnd::Kind::kMembership;
+      end.message = "node " + record.host + " joined; rendezvous again with " +
+                    std::to_string(members_.size() + 1) + " node(s)";
+      endRound(end);
+    }
+  }
+
+  void onDone(int slot) {
+    if (phase_ != Phase::kRunning) {
+      return;
+    }
+    done_.insert(slot);
+    if (done_.size() >= members_.size()) {
+      RoundEnd end;
+      end.kind = RoundEnd::Kind::kSuccess;
+      end.exitCode = 0;
+      end.message = "every node's workers succeeded";
+      endRound(end);
+    }
+  }
+
+  void onLeave(const std::string& agentId) {
+    spares_.erase(agentId);
+    if (phase_ != Phase::kRunning) {
+      return;
+    }
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (members_[i].record.agentId == agentId) {
+        lost_.insert(agentId);
+        RoundEnd end;
+        end.kind = RoundEnd::Kind::kMembership;
+        end.message = describeNode(static_cast<int>(i), members_[i].record) + " left the job";
+        endRound(end);
+        return;
+      }
+    }
+  }
+
+  // Writes `end` unless the round already has one (a failing agent writes its own) and acts on
+  // the end that holds.
+  void endRound(const RoundEnd& end) {
+    auto held = store_->compareSet(keys_.end(round_), "", detail::encodeEnd(end));
+    if (!held.isOk()) {
+      log::rdzv().error("keeper of job '{}': ending round {}: {}", jobId_, round_,
+                        held.status().message());
+      return;
+    }
+    onRoundEnded(detail::decodeEnd(held.value()).value_or(end));
+  }
+
+  void onRoundEnded(const RoundEnd& end) {
+    if (phase_ != Phase::kRunning) {
+      return;
+    }
+    log::rdzv().info("job '{}' round {} ended: {}", jobId_, round_, end.message);
+    if (end.kind == RoundEnd::Kind::kSuccess) {
+      phase_ = Phase::kExiting;
+      closeUntil_ = Clock::now() + settings_.closeTimeout;
+      return;
+    }
+    // Who is expected in the next round: this round's members that are still alive, and spares.
+    int alive = 0;
+    std::string lostNames;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (lost_.count(members_[i].record.agentId) != 0) {
+        lostNames +=
+            (lostNames.empty() ? "" : ", ") + describeNode(static_cast<int>(i), members_[i].record);
+      } else {
+        ++alive;
+      }
+    }
+    for (const auto& id : lost_) {
+      lastSeen_.erase(id);
+    }
+    lost_.clear();
+    const int available = alive + static_cast<int>(spares_.size());
+    expected_ = std::min(available, settings_.maxNodes);
+    if (end.kind == RoundEnd::Kind::kFailure) {
+      if (attempt_ >= settings_.maxRestarts) {
+        closedBy_ = end;
+        closedBy_->kind = RoundEnd::Kind::kClosed;
+        closedBy_->message = end.message + "; no restarts left (max_restarts=" +
+                             std::to_string(settings_.maxRestarts) + ")";
+      } else {
+        ++attempt_;
+      }
+    } else if (available < settings_.minNodes) {
+      closedBy_ = RoundEnd{RoundEnd::Kind::kClosed,
+                           "only " + std::to_string(available) + " node(s) left, below the " +
+                               std::to_string(settings_.minNodes) + " required (--nnodes): lost " +
+                               (lostNames.empty() ? std::string("none") : lostNames),
+                           "", 1};
+      expected_ = available;
+    }
+    if (closedBy_) {
+      log::rdzv().warn("job '{}' is over: {}", jobId_, closedBy_->message);
+    }
+    static_cast<void>(openRound(round_ + 1));
+  }
+
+  // ---- time ----
+
+  [[nodiscard]] Clock::time_point nextDeadline() const {
+    auto next = Clock::now() + kPopSlice;
+    if (lastCall_ && phase_ == Phase::kGathering) {
+      next = std::min(next, *lastCall_);
+    }
+    return next;
+  }
+
+  void checkDeadlines(Clock::time_point now) {
+    switch (phase_) {
+      case Phase::kGathering:
+        if (!arrived_.empty()) {
+          considerClosing(now);
+        }
+        if (phase_ == Phase::kGathering) {
+          reportGathering(now);
+        }
+        return;
+      case Phase::kRunning:
+        checkHeartbeats(now);
+        return;
+      case Phase::kExiting:
+      case Phase::kClosed:
+        if (now >= closeUntil_) {
+          finish(phase_ == Phase::kExiting ? "exit barrier: close timeout passed"
+                                           : "close timeout passed");
+        }
+        return;
+    }
+  }
+
+  void reportGathering(Clock::time_point now) {
+    if (now - lastStatus_ < kStatusEvery) {
+      return;
+    }
+    lastStatus_ = now;
+    std::string names;
+    for (const auto& a : arrived_) {
+      names += (names.empty() ? "" : ", ") + a.record.host;
+    }
+    const int need = std::max(settings_.minNodes, std::min(expected_, settings_.maxNodes));
+    const std::string line = "round " + std::to_string(round_) + ": waiting for " +
+                             std::to_string(need - static_cast<int>(arrived_.size())) + " of " +
+                             std::to_string(need) + " nodes (" + std::to_string(arrived_.size()) +
+                             " arrived" + (names.empty() ? "" : ": " + names) + ")";
+    static_cast<void>(store_->set(keys_.status(round_), line));
+    log::rdzv().info("job '{}' {}", jobId_, line);
+  }
+
+  void checkHeartbeats(Clock::time_point now) {
+    std::string silent;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const auto& id = members_[i].record.agentId;
+      const auto it = lastSeen_.find(id);
+      const auto quiet = std::chrono::duration_cast<milliseconds>(
+          now - (it == lastSeen_.end() ? opened_ : it->second));
+      if (quiet > settings_.deadAfter()) {
+        lost_.insert(id);
+        silent += (silent.empty() ? "" : ", ") +
+                  describeNode(static_cast<int>(i), members_[i].record) +
+                  " lost: no heartbeat for " + seconds(quiet);
+      }
+    }
+    for (auto it = spares_.begin(); it != spares_.end();) {
+      const auto seen = lastSeen_.find(it->first);
+      if (seen != lastSeen_.end() && now - seen->second > settings_.deadAfter()) {
+        it = spares_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!silent.empty()) {
+      RoundEnd end;
+      end.kind = RoundEnd::Kind::kMembership;
+      end.message = silent;
+      endRound(end);
+    }
+  }
+
+  void finish(const std::string& why) {
+    log::rdzv().info("keeper of job '{}' done: {}", jobId_, why);
+    static_cast<void>(store_->set(keys_.finished(), why));
+    finished_ = true;
+  }
+
+  std::unique_ptr<Store> store_;
+  RoundKeys keys_;
+  std::string jobId_;
+  RoundSettings settings_;
+  const std::atomic<bool>& stopping_;
+  int round_ = 0;
+  int attempt_ = 0;
+  int expected_;
+  Phase phase_ = Phase::kGathering;
+  std::vector<Member> arrived_;
+  std::vector<Member> members_;
+  std::set<int> done_;
+  std::vector<KeeperMessage> early_;
+  std::map<std::string, NodeRecord> spares_;
+  std::map<std::string, Clock::time_point> lastSeen_;
+  std::set<std::string> lost_;
+  std::set<std::string> byes_;
+  std::set<std::string> closedTold_;
+  std::optional<RoundEnd> closedBy_;
+  std::optional<Clock::time_point> lastCall_;
+  Clock::time_point opened_;
+  Clock::time_point lastStatus_;
+  Clock::time_point closeUntil_;
+  bool finished_ = false;
+};
+
+class ThreadedKeeperService final : public KeeperService {
+ public:
+  explicit ThreadedKeeperService(std::uint16_t port) : port_(port) {}
+  ThreadedKeeperService(const ThreadedKeeperService&) = delete;
+  ThreadedKeeperService& operator=(const ThreadedKeeperService&) = delete;
+  ThreadedKeeperService(ThreadedKeeperService&&) = delete;
+  ThreadedKeeperService& operator=(ThreadedKeeperService&&) = delete;
+  ~ThreadedKeeperService() override {
+    stopping_ = true;
+    if (listener_.joinable()) {
+      listener_.join();
+    }
+    const std::lock_guard lock(mutex_);
+    for (auto& t : keepers_) {
+      t.join();
+    }
+  }
+
+  Status start() {
+    auto store = connect();
+    if (!store.isOk()) {
+      return store.status();
+    }
+    listener_ = std::thread([this, s = std::move(store).value()]() mutable { listen(*s); });
+    return Status::ok();
+  }
+
+ private:
+  [[nodiscard]] Result<std::unique_ptr<Store>> connect() const {
+    ClientOptions options;
+    options.host = "127.0.0.1";
+    options.port = port_;
+    options.timeout = std::chrono::seconds(30);
+    return connectStore(options);
+  }
+
+  void listen(Store& store) {
+    std::set<std::string> started;
+    while (!stopping_.load()) {
+      auto job = store.queuePop(detail::kKeeperRequests, kPopSlice);
+      if (!job.isOk()) {
+        if (job.status().code() != Errc::kTimeout) {
+          log::rdzv().error("keeper service: {}", job.status().message());
+          return;
+        }
+        continue;
+      }
+      if (!started.insert(job.value()).second) {
+        continue;
+      }
+      const RoundKeys keys(job.value());
+      auto text = store.get(keys.keeper());
+      const auto settings = text.isOk() ? detail::decodeSettings(text.value()) : std::nullopt;
+      auto keeperStore = connect();
+      if (!settings || !keeperStore.isOk()) {
+        log::rdzv().error("keeper service: job '{}' has no valid settings", job.value());
+        continue;
+      }
+      const std::lock_guard lock(mutex_);
+      keepers_.emplace_back([this, jobId = job.value(), settings = *settings,
+                             s = std::move(keeperStore).value()]() mutable {
+        Keeper(std::move(s), jobId, settings, stopping_).run();
+      });
+    }
+  }
+
+  std::uint16_t port_;
+  std::atomic<bool> stopping_{false};
+  std::thread listener_;
+  std::mutex mutex_;
+  std::vector<std::thread> keepers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort) {
+  auto service = std::make_unique<ThreadedKeeperService>(storePort);
+  if (auto s = service->start(); !s.isOk()) {
+    return s;
+  }
+  return std::unique_ptr<KeeperService>(std::move(service));
+}
+
+}  // namespace dtrun::rdzv

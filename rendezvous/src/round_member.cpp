@@ -1,0 +1,286 @@
+// A node's side of the round protocol: one connection for waiting calls, one for notifications.
+#include <algorithm>
+#include <charconv>
+#include <mutex>
+#include <thread>
+
+#include "dtrun/round.h"
+
+#include "log.h"
+#include "round_codec.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using detail::AssignValue;
+using detail::KeeperMessage;
+using detail::RoundKeys;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Waits are cut into slices so that `cancel` is seen; the event itself still arrives at once.
+constexpr milliseconds kWaitSlice{1000};
+constexpr milliseconds kProgressEvery{5000};
+
+class StoreRoundMember final : public RoundMember {
+ public:
+  StoreRoundMember(std::unique_ptr<Store> waiter, std::unique_ptr<Store> notifier,
+                   const std::string& jobId, const RoundSettings& settings, NodeRecord self)
+      : waiter_(std::move(waiter)),
+        notifier_(std::move(notifier)),
+        keys_(jobId),
+        jobId_(jobId),
+        settings_(settings),
+        self_(std::move(self)) {}
+
+  // Publishes the settings unless the job has them, and asks for a keeper when this call was
+  // the one that published them.
+  Status requestKeeper() {
+    const std::string mine = detail::encodeSettings(settings_);
+    auto held = waiter_->compareSet(keys_.keeper(), "", mine);
+    if (!held.isOk()) {
+      return held.status();
+    }
+    if (held.value() == mine) {
+      return waiter_->queuePush(detail::kKeeperRequests, jobId_);
+    }
+    if (const auto theirs = detail::decodeSettings(held.value());
+        theirs &&
+        (theirs->minNodes != settings_.minNodes || theirs->maxNodes != settings_.maxNodes)) {
+      log::rdzv().warn("job '{}' runs with --nnodes={}:{} (set by its first agent), not {}:{}",
+                       jobId_, theirs->minNodes, theirs->maxNodes, settings_.minNodes,
+                       settings_.maxNodes);
+    }
+    return Status::ok();
+  }
+
+  Result<JoinOutcome> join(const std::atomic<bool>& cancel,
+                           const std::function<void(const std::string&)>& progress) override {
+    const auto deadline = Clock::now() + settings_.joinTimeout;
+    auto roundText = waitAndGet(keys_.round(), deadline, cancel, progress, -1);
+    if (!roundText.isOk()) {
+      return roundText.status();
+    }
+    // Not below the round after the last one this node saw end: the keeper may not have
+    // opened it yet (it takes the early join when it does).
+    int published = 0;
+    const auto& text = roundText.value();
+    if (std::from_chars(text.data(), text.data() + text.size(), published).ec != std::errc()) {
+      return Status::protocol("job '" + jobId_ + "': the store's round key holds '" +
+                              text.substr(0, 40) + "', not a number");
+    }
+    int r = std::max(published, nextRound());
+    for (;;) {
+      auto slot = waiter_->add(keys_.arrivals(r), 1);
+      if (!slot.isOk()) {
+        return slot.status();
+      }
+      const int mySlot = static_cast<int>(slot.value() - 1);
+      if (auto s = waiter_->set(keys_.node(r, mySlot), detail::encodeRecord(self_)); !s.isOk()) {
+        return s;
+      }
+      if (auto s = waiter_->queuePush(keys_.inbox(), message("join", r, mySlot)); !s.isOk()) {
+        return s;
+      }
+      {
+        const std::lock_guard lock(stateMutex_);
+        round_ = r;
+        slot_ = mySlot;
+      }
+      auto assigned = waitAndGet(keys_.assign(r, mySlot), deadline, cancel, progress, r);
+      if (!assigned.isOk()) {
+        return assigned.status();
+      }
+      const auto value = detail::decodeAssign(assigned.value());
+      if (!value) {
+        return Status::protocol("rendezvous of job '" + jobId_ + "': malformed assignment '" +
+                                assigned.value().substr(0, 80) + "'");
+      }
+      if (value->kind == AssignValue::Kind::kMember) {
+        return JoinOutcome{false, value->assignment, {}};
+      }
+      if (value->kind == AssignValue::Kind::kClosed) {
+        return JoinOutcome{true, {}, value->closedBy};
+      }
+      // A spare, or a late arrival the keeper moves into the next round: wait for this one to
+      // end (spares wait as long as the job runs), then join the next.
+      log::rdzv().info("job '{}' round {} is full: waiting as a spare", jobId_, r);
+      auto end = waitEnd(cancel);
+      if (!end.isOk()) {
+        return end.status();
+      }
+      r += 1;
+    }
+  }
+
+  Result<RoundEnd> waitEnd(const std::atomic<bool>& cancel) override {
+    const int r = currentRound();
+    const std::vector<std::string> keys{keys_.end(r)};
+    for (;;) {
+      if (cancel.load()) {
+        return Status::error(Errc::kCancelled,
+                             "waiting for the end of round " + std::to_string(r) + ": cancelled");
+      }
+      const auto s = waiter_->wait(keys, kWaitSlice);
+      if (s.code() == Errc::kTimeout) {
+        continue;
+      }
+      if (!s.isOk()) {
+        return s;
+      }
+      auto text = waiter_->get(keys_.end(r));
+      if (!text.isOk()) {
+        return text.status();
+      }
+      if (auto end = detail::decodeEnd(text.value())) {
+        sawEnd(r);
+        return *end;
+      }
+      return Status::protocol("round " + std::to_string(r) + " of job '" + jobId_ +
+                              "' ended with a malformed value");
+    }
+  }
+
+  Result<RoundEnd> endRound(const RoundEnd& end) override {
+    const std::lock_guard lock(notifyMutex_);
+    const int r = currentRound();
+    auto held = notifier_->compareSet(keys_.end(r), "", detail::encodeEnd(end));
+    if (!held.isOk()) {
+      return held.status();
+    }
+    sawEnd(r);
+    if (end.kind == RoundEnd::Kind::kFailure) {
+      if (auto s = notifier_->queuePush(keys_.inbox(), message("fail", r, currentSlot()));
+          !s.isOk()) {
+        return s;
+      }
+    }
+    return detail::decodeEnd(held.value()).value_or(end);
+  }
+
+  Status heartbeat() override { return notify("hb"); }
+  Status done() override { return notify("done"); }
+  Status leave(const std::string& why) override {
+    log::rdzv().info("job '{}': leaving ({})", jobId_, why);
+    return notify("leave");
+  }
+  Status bye() override { return notify("bye"); }
+
+  Status waitFinished(milliseconds timeout) override {
+    return waiter_->wait(std::vector<std::string>{keys_.finished()}, timeout);
+  }
+
+ private:
+  [[nodiscard]] std::string message(const char* verb, int r, int slot) const {
+    return detail::encodeMessage(KeeperMessage{verb, r, slot, self_.agentId});
+  }
+
+  Status notify(const char* verb) {
+    const std::lock_guard lock(notifyMutex_);
+    return notifier_->queuePush(keys_.inbox(), message(verb, currentRound(), currentSlot()));
+  }
+
+  int currentRound() {
+    const std::lock_guard lock(stateMutex_);
+    return round_;
+  }
+  int nextRound() {
+    const std::lock_guard lock(stateMutex_);
+    return nextRound_;
+  }
+  void sawEnd(int r) {
+    const std::lock_guard lock(stateMutex_);
+    nextRound_ = std::max(nextRound_, r + 1);
+  }
+  int currentSlot() {
+    const std::lock_guard lock(stateMutex_);
+    return slot_;
+  }
+
+  // The keeper's latest "waiting for ..." line for round r, or "" (without waiting for one).
+  std::string statusLine(int r) {
+    const std::vector<std::string> keys{keys_.status(r)};
+    auto present = waiter_->check(keys);
+    if (!present.isOk() || !present.value()) {
+      return {};
+    }
+    auto line = waiter_->get(keys_.status(r));
+    return line.isOk() ? line.value() : std::string();
+  }
+
+  // Waits for `key` until `deadline` in slices, reporting the keeper's status line of round
+  // `r` (when r >= 0) every few seconds; then returns its value.
+  Result<Bytes> waitAndGet(const std::string& key, Clock::time_point deadline,
+                           const std::atomic<bool>& cancel,
+                           const std::function<void(const std::string&)>& progress, int r) {
+    const std::vector<std::string> keys{key};
+    auto nextProgress = Clock::now() + kProgressEvery;
+    for (;;) {
+      if (cancel.load()) {
+        return Status::error(Errc::kCancelled, "rendezvous of job '" + jobId_ + "': cancelled");
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        const std::string last = r >= 0 ? statusLine(r) : std::string();
+        return Status::timeout(
+            "rendezvous of job '" + jobId_ + "' on " + waiter_->peer() + ": not complete after " +
+            std::to_string(settings_.joinTimeout.count() / 1000) + " s (join_timeout)" +
+            (last.empty() ? std::string(r < 0 ? "; no dtrun keeper answered: is the store a dtrun "
+                                                "agent or `dtrun store`?"
+                                              : "")
+                          : "; " + last));
+      }
+      const auto slice =
+          std::min(kWaitSlice, std::chrono::duration_cast<milliseconds>(deadline - now));
+      const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
+      if (s.isOk()) {
+        return waiter_->get(key);
+      }
+      if (s.code() != Errc::kTimeout) {
+        return s;
+      }
+      if (r >= 0 && Clock::now() >= nextProgress && progress) {
+        nextProgress = Clock::now() + kProgressEvery;
+        if (const auto line = statusLine(r); !line.empty()) {
+          progress(line);
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<Store> waiter_;
+  std::unique_ptr<Store> notifier_;
+  RoundKeys keys_;
+  std::string jobId_;
+  RoundSettings settings_;
+  NodeRecord self_;
+  std::mutex notifyMutex_;
+  std::mutex stateMutex_;
+  int round_ = 0;
+  int slot_ = -1;
+  int nextRound_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RoundMember>> RoundMember::connect(const ClientOptions& store,
+                                                          const std::string& jobId,
+                                                          const RoundSettings& settings,
+                                                          NodeRecord self) {
+  auto waiter = connectStore(store);
+  if (!waiter.isOk()) {
+    return waiter.status();
+  }
+  auto notifier = connectStore(store);
+  if (!notifier.isOk()) {
+    return notifier.status();
+  }
+  auto member = std::make_unique<StoreRoundMember>(
+      std::move(waiter).value(), std::move(notifier).value(), jobId, settings, std::move(self));
+  if (auto s = member->requestKeeper(); !s.isOk()) {
+    return s;
+  }
+  return std::unique_ptr<RoundMember>(std::move(member));
+}
+
+}  // namespace dtrun::rdzv

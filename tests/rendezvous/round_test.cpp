@@ -1,0 +1,251 @@
+// The round protocol against a real store and keeper service: nodes are threads, each with its
+// own RoundMember (two real connections), as agents would use it.
+#include "dtrun/round.h"
+
+#include <atomic>
+#include <future>
+#include <set>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "round_codec.h"
+#include "support/test_support.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using std::chrono::milliseconds;
+
+RoundSettings fastSettings(int minNodes, int maxNodes) {
+  RoundSettings s;
+  s.minNodes = minNodes;
+  s.maxNodes = maxNodes;
+  s.lastCallTimeout = milliseconds(200);
+  s.joinTimeout = milliseconds(10000);
+  s.closeTimeout = milliseconds(2000);
+  s.keepAliveInterval = milliseconds(1000);  // tests that beat make it shorter
+  s.keepAliveMaxAttempt = 3;
+  return s;
+}
+
+struct Cluster {
+  std::unique_ptr<StoreServer> server = testing::startServer();
+  std::unique_ptr<KeeperService> keepers = startKeepers(server->port());
+
+  static std::unique_ptr<KeeperService> startKeepers(std::uint16_t port) {
+    auto k = KeeperService::start(port);
+    if (!k.isOk()) {
+      throw std::runtime_error(k.status().toString());
+    }
+    return std::move(k).value();
+  }
+
+  std::unique_ptr<RoundMember> member(const std::string& job, const RoundSettings& settings,
+                                      const std::string& host, int nproc = 1, int hint = -1) {
+    ClientOptions options;
+    options.port = server->port();
+    options.timeout = std::chrono::seconds(5);
+    NodeRecord self;
+    self.agentId = host + ":1";
+    self.host = host;
+    self.nproc = nproc;
+    self.nodeRankHint = hint;
+    auto m = RoundMember::connect(options, job, settings, self);
+    REQUIRE(m.isOk());
+    return std::move(m).value();
+  }
+};
+
+JoinOutcome joinNow(RoundMember& m) {
+  const std::atomic<bool> cancel{false};
+  auto outcome = m.join(cancel, nullptr);
+  if (!outcome.isOk()) {
+    FAIL(outcome.status().toString());
+  }
+  return outcome.value();
+}
+
+// Joins every member concurrently; returns the outcomes in member order.
+std::vector<JoinOutcome> joinAll(const std::vector<RoundMember*>& members) {
+  std::vector<std::future<JoinOutcome>> futures;
+  for (auto* m : members) {
+    futures.push_back(std::async(std::launch::async, [m] {
+      const std::atomic<bool> cancel{false};
+      auto outcome = m->join(cancel, nullptr);
+      return outcome.isOk() ? outcome.value() : JoinOutcome{true, {}, RoundEnd{}};
+    }));
+  }
+  std::vector<JoinOutcome> out;
+  for (auto& f : futures) {
+    out.push_back(f.get());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("nodes with different nproc get prefix-sum ranks and hints are honoured", "[round]") {
+  Cluster c;
+  const auto s = fastSettings(3, 3);
+  auto a = c.member("job", s, "a", 2);
+  auto b = c.member("job", s, "b", 3, 0);
+  auto d = c.member("job", s, "d", 1);
+  const auto out = joinAll({a.get(), b.get(), d.get()});
+  std::set<int> nodeRanks;
+  for (const auto& o : out) {
+    REQUIRE_FALSE(o.closed);
+    CHECK(o.assignment.worldSize == 6);
+    CHECK(o.assignment.nodeCount == 3);
+    nodeRanks.insert(o.assignment.nodeRank);
+  }
+  CHECK(nodeRanks == std::set<int>{0, 1, 2});
+  CHECK(out[1].assignment.nodeRank == 0);  // b asked for node rank 0
+  CHECK(out[1].assignment.rankOffset == 0);
+  // The others follow in arrival order: offsets are prefix sums of their nproc.
+  const auto& members = out[0].assignment.members;
+  int offset = 0;
+  for (int r = 0; r < 3; ++r) {
+    const auto& who = members[static_cast<std::size_t>(r)].host;
+    const auto& o = out[who == "a" ? 0 : who == "b" ? 1 : 2];
+    CHECK(o.assignment.rankOffset == offset);
+    offset += members[static_cast<std::size_t>(r)].nproc;
+  }
+}
+
+TEST_CASE("a failure ends the round for everyone and the restart budget is job-wide", "[round]") {
+  Cluster c;
+  auto s = fastSettings(2, 2);
+  s.maxRestarts = 1;
+  auto a = c.member("job", s, "a");
+  auto b = c.member("job", s, "b");
+  auto first = joinAll({a.get(), b.get()});
+  CHECK(first[0].assignment.attempt == 0);
+
+  auto waiting = std::async(std::launch::async, [&] {
+    const std::atomic<bool> cancel{false};
+    return b->waitEnd(cancel);
+  });
+  RoundEnd failure{RoundEnd::Kind::kFailure, "rank 1 failed", "{}", 7};
+  REQUIRE(a->endRound(failure).isOk());
+  auto seen = waiting.get();
+  REQUIRE(seen.isOk());
+  CHECK(seen.value().kind == RoundEnd::Kind::kFailure);
+  CHECK(seen.value().exitCode == 7);
+
+  auto second = joinAll({a.get(), b.get()});
+  REQUIRE_FALSE(second[0].closed);
+  CHECK(second[0].assignment.attempt == 1);
+  CHECK(second[1].assignment.round == 1);
+
+  // The second failure uses up the budget: the next join learns the job is over.
+  REQUIRE(b->endRound(RoundEnd{RoundEnd::Kind::kFailure, "rank 0 failed", "{}", 3}).isOk());
+  auto third = joinAll({a.get(), b.get()});
+  for (const auto& o : third) {
+    REQUIRE(o.closed);
+    CHECK(o.end.kind == RoundEnd::Kind::kClosed);
+    CHECK(o.end.exitCode == 3);
+    CHECK_THAT(o.end.message, Catch::Contains("no restarts left"));
+  }
+}
+
+TEST_CASE("a silent node is declared dead and the survivors re-rendezvous", "[round]") {
+  Cluster c;
+  auto s = fastSettings(2, 3);
+  s.keepAliveInterval = milliseconds(100);
+  auto a = c.member("job", s, "a");
+  auto b = c.member("job", s, "b");
+  auto d = c.member("job", s, "d");
+  joinAll({a.get(), b.get(), d.get()});
+  std::atomic<bool> stop{false};
+  std::thread beats([&] {
+    while (!stop.load()) {
+      static_cast<void>(a->heartbeat());
+      static_cast<void>(b->heartbeat());
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  const std::atomic<bool> cancel{false};
+  auto end = a->waitEnd(cancel);  // d never beats
+  stop = true;
+  beats.join();
+  REQUIRE(end.isOk());
+  CHECK(end.value().kind == RoundEnd::Kind::kMembership);
+  CHECK_THAT(end.value().message, Catch::Contains("(d) lost: no heartbeat"));
+  auto next = joinAll({a.get(), b.get()});
+  CHECK(next[0].assignment.nodeCount == 2);
+  CHECK(next[0].assignment.attempt == 0);  // not charged
+}
+
+TEST_CASE("a late node grows an elastic job; beyond max it waits as a spare", "[round]") {
+  Cluster c;
+  auto s = fastSettings(1, 2);
+  s.lastCallTimeout = milliseconds(2000);  // time for the node that left round 0 to come back
+  auto a = c.member("job", s, "a");
+  auto first = joinNow(*a);
+  CHECK(first.assignment.nodeCount == 1);
+
+  auto b = c.member("job", s, "b");
+  auto bJoin = std::async(std::launch::async, [&] { return joinNow(*b); });
+  const std::atomic<bool> cancel{false};
+  auto end = a->waitEnd(cancel);
+  REQUIRE(end.isOk());
+  CHECK(end.value().kind == RoundEnd::Kind::kMembership);
+  auto aJoin = joinNow(*a);
+  CHECK(aJoin.assignment.nodeCount == 2);
+  CHECK(bJoin.get().assignment.nodeCount == 2);
+
+  // A third node finds the job at max: it waits, and fills in when a node leaves.
+  auto d = c.member("job", s, "d");
+  auto dJoin = std::async(std::launch::async, [&] { return joinNow(*d); });
+  std::this_thread::sleep_for(milliseconds(300));
+  CHECK(dJoin.wait_for(milliseconds(0)) == std::future_status::timeout);
+  REQUIRE(b->leave("test").isOk());
+  auto again = joinNow(*a);
+  CHECK(again.assignment.nodeCount == 2);
+  const auto dOutcome = dJoin.get();
+  CHECK(dOutcome.assignment.nodeCount == 2);
+  CHECK(dOutcome.assignment.members[0].host != "b");
+  CHECK(dOutcome.assignment.members[1].host != "b");
+}
+
+TEST_CASE("success needs every node: the exit barrier finishes the keeper", "[round]") {
+  Cluster c;
+  const auto s = fastSettings(2, 2);
+  auto a = c.member("job", s, "a");
+  auto b = c.member("job", s, "b");
+  joinAll({a.get(), b.get()});
+  REQUIRE(a->done().isOk());
+  REQUIRE(b->done().isOk());
+  const std::atomic<bool> cancel{false};
+  auto end = b->waitEnd(cancel);
+  REQUIRE(end.isOk());
+  CHECK(end.value().kind == RoundEnd::Kind::kSuccess);
+  REQUIRE(a->bye().isOk());
+  REQUIRE(b->bye().isOk());
+  CHECK(a->waitFinished(milliseconds(5000)).isOk());
+}
+
+TEST_CASE("round codec rejects malformed values and orders nodes", "[round]") {
+  CHECK_FALSE(detail::decodeRecord("{").has_value());
+  CHECK_FALSE(detail::decodeRecord("[]").has_value());
+  CHECK_FALSE(detail::decodeEnd("{\"kind\":\"x\"}").has_value());
+  CHECK_FALSE(detail::decodeAssign("null").has_value());
+  CHECK_FALSE(detail::decodeMessage("join x").has_value());
+  std::vector<NodeRecord> nodes(4);
+  nodes[0].host = "w0";
+  nodes[1].host = "host";
+  nodes[1].storeHost = true;
+  nodes[2].host = "hinted";
+  nodes[2].nodeRankHint = 3;
+  nodes[3].host = "sched";
+  nodes[3].schedulerOrder = 0;
+  const auto order = detail::orderNodes(nodes, 4);
+  REQUIRE(order.size() == 4);
+  CHECK(order[0] == 1);  // the store host
+  CHECK(order[1] == 3);  // scheduler order before plain arrival
+  CHECK(order[2] == 0);
+  CHECK(order[3] == 2);  // its hint
+}
+
+}  // namespace dtrun::rdzv
