@@ -25,9 +25,11 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "dtrun/rendezvous.h"
+#include "dtrun/round.h"
 
 #include "child_process.h"
 #include "failure_report.h"
+#include "job_coordinator.h"
 #include "log.h"
 #include "output_pump.h"
 #include "worker_env.h"
@@ -92,8 +94,23 @@ struct Worker {
 };
 
 // Why the group is being stopped: a worker failed (restart or report), a handled signal arrived
-// (exit 128+signal), or the group could not be started at all (exit with startupExitCode_).
-enum class StopReason : std::uint8_t { kNone, kFailure, kSignal, kStartup };
+// (exit 128+signal), the group could not be started at all (exit with startupExitCode_), the
+// job's round ended elsewhere (rendezvous again), or the job's store was lost (exit 1).
+enum class StopReason : std::uint8_t {
+  kNone,
+  kFailure,
+  kSignal,
+  kStartup,
+  kRoundEnded,
+  kStoreLost
+};
+
+// The worker's own account of its failure: its error file, else the tail of its stderr.
+void describeFromFiles(WorkerFailure& failure, const fs::path& dir) {
+  if (!detail::readErrorFile((dir / "error.json").string(), failure)) {
+    failure.message = detail::tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
+  }
+}
 
 class Agent {
  public:
@@ -106,8 +123,13 @@ class Agent {
       return s.code() == Errc::kNotFound ? kExitCannotRun : 1;
     }
     watchSignals();
-    startGroup();
+    if (job_) {
+      rendezvous();
+    } else {
+      startGroup();
+    }
     io_.run();
+    job_.reset();      // sends what is still queued (leave, bye) before the store may go away
     workers_.clear();  // kills and reaps anything still running (only on an internal error)
     return exitCode_;
   }
@@ -141,18 +163,74 @@ class Agent {
                            "cannot run " + config_.command[0] + ": not found in PATH");
     }
 
-    rdzv::ServerOptions storeOptions;
-    storeOptions.host = config_.storeListenHost;
-    storeOptions.port = config_.storePort;
-    auto store = rdzv::StoreServer::start(storeOptions);
-    if (!store.isOk()) {
-      return Status::connection("cannot start the store: " + store.status().message() +
-                                (config_.storePort != 0
-                                     ? " (choose another --master_port, or omit it for a free port)"
-                                     : ""));
+    const auto& multi = config_.multiNode;
+    if (!multi || multi->hostsStore) {
+      rdzv::ServerOptions storeOptions;
+      storeOptions.host = config_.storeListenHost;
+      storeOptions.port = config_.storePort;
+      auto store = rdzv::StoreServer::start(storeOptions);
+      if (store.isOk()) {
+        store_ = std::move(store).value();
+      } else if (multi && multi->hostGuessed) {
+        log::agent().info("port {} is taken on this host: joining the store there as a client",
+                          config_.storePort);
+      } else {
+        return Status::connection(
+            "cannot start the store: " + store.status().message() +
+            (config_.storePort != 0 ? " (choose another --master_port, or omit it for a free port)"
+                                    : ""));
+      }
     }
-    store_ = std::move(store).value();
+    if (multi) {
+      if (auto s = connectJob(*multi); !s.isOk()) {
+        return s;
+      }
+    }
     return prepareRunDir();
+  }
+
+  // Multi-node: the keeper service beside a store this agent hosts, and this node's member.
+  Status connectJob(const MultiNodeConfig& multi) {
+    if (store_) {
+      auto keepers = rdzv::KeeperService::start(store_->port());
+      if (!keepers.isOk()) {
+        return keepers.status();
+      }
+      keepers_ = std::move(keepers).value();
+    }
+    rdzv::RoundSettings settings;
+    settings.minNodes = multi.minNodes;
+    settings.maxNodes = multi.maxNodes;
+    settings.maxRestarts = config_.maxRestarts;
+    settings.joinTimeout = multi.joinTimeout;
+    settings.lastCallTimeout = multi.lastCallTimeout;
+    settings.closeTimeout = multi.closeTimeout;
+    settings.keepAliveInterval = multi.keepAliveInterval;
+    settings.keepAliveMaxAttempt = multi.keepAliveMaxAttempt;
+    rdzv::NodeRecord self;
+    self.agentId = host_ + ":" + std::to_string(::getpid());
+    self.host = host_;
+    self.nproc = config_.nprocPerNode;
+    self.nodeRankHint = multi.nodeRank;
+    self.schedulerOrder = multi.schedulerOrder;
+    self.storeHost = store_ != nullptr;
+    rdzv::ClientOptions client;
+    client.host = store_ ? "127.0.0.1" : config_.masterAddr;
+    client.port = storePort();
+    client.timeout = multi.readTimeout;
+    auto member = rdzv::RoundMember::connect(client, config_.runId, settings, self);
+    if (!member.isOk()) {
+      return Status::connection("cannot reach the rendezvous store at " + config_.masterAddr + ":" +
+                                std::to_string(client.port) + ": " + member.status().message());
+    }
+    job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(member).value(),
+                                                    multi.keepAliveInterval,
+                                                    [this](const Status& s) { onStoreLost(s); });
+    return Status::ok();
+  }
+
+  [[nodiscard]] std::uint16_t storePort() const {
+    return store_ ? store_->port() : config_.storePort;
   }
 
   Status prepareRunDir() {
@@ -216,14 +294,114 @@ class Agent {
     stopReason_ = StopReason::kSignal;
     stopSignal_ = sig;
     beginStop(sig);
+    if (allExited()) {  // between rounds: nothing to wait for
+      asio::post(io_, [this] { onAllExited(); });
+    }
+  }
+
+  // ---- multi-node ----
+
+  void rendezvous() {
+    log::agent().info("rendezvous of job '{}' at {}:{} ({}..{} nodes)", config_.runId,
+                      config_.masterAddr, storePort(), config_.multiNode->minNodes,
+                      config_.multiNode->maxNodes);
+    workers_.clear();
+    job_->join([this](const rdzv::JoinOutcome& outcome) { onJoined(outcome); },
+               [this](const Status& s) { onStoreLost(s); });
+  }
+
+  void onJoined(const rdzv::JoinOutcome& outcome) {
+    if (finished_ || stopReason_ == StopReason::kSignal) {
+      return;
+    }
+    if (outcome.closed) {
+      jobClosed(outcome.end);
+      return;
+    }
+    const auto& a = outcome.assignment;
+    assignment_ = a;
+    roundEnd_.reset();
+    restartCount_ = a.attempt;
+    log::agent().info("round {}: node {} of {}, ranks {}..{} of world size {}, attempt {}", a.round,
+                      a.nodeRank, a.nodeCount, a.rankOffset,
+                      a.rankOffset + config_.nprocPerNode - 1, a.worldSize, a.attempt);
+    startGroup();
+    job_->watchEnd([this](const rdzv::RoundEnd& end) { onRoundEnded(end); },
+                   [this](const Status& s) { onStoreLost(s); });
+  }
+
+  void onRoundEnded(const rdzv::RoundEnd& end) {
+    roundEnd_ = end;
+    if (stopReason_ == StopReason::kNone && !allExited()) {
+      log::agent().warn("round {} ended: {}; stopping this node's workers", assignment_->round,
+                        end.message);
+      stopReason_ = StopReason::kRoundEnded;
+      beginStop(SIGTERM);
+      return;
+    }
+    afterRound();
+  }
+
+  // Once the local group is down and the round's end is known: exit after success, otherwise
+  // join the next round.
+  void afterRound() {
+    if (finished_ || !allExited() || !roundEnd_ || stopReason_ == StopReason::kSignal ||
+        stopReason_ == StopReason::kStoreLost || stopReason_ == StopReason::kStartup) {
+      return;
+    }
+    if (roundEnd_->kind == rdzv::RoundEnd::Kind::kSuccess) {
+      job_->bye();
+      if (store_) {  // the store outlives every node's last request
+        job_->waitFinished(config_.multiNode->closeTimeout, [this] { finish(0); });
+      } else {
+        finish(0);
+      }
+      return;
+    }
+    log::agent().info("rendezvous again: {}", roundEnd_->message);
+    rendezvous();
+  }
+
+  // The job is over with an error: every agent prints the job's root cause and exits with it.
+  void jobClosed(const rdzv::RoundEnd& end) {
+    std::vector<WorkerFailure> failures = failures_;
+    if (auto root = detail::decodeFailure(end.detail)) {
+      const bool local = std::any_of(failures.begin(), failures.end(), [&](const auto& f) {
+        return f.pid == root->pid && f.rank == root->rank;
+      });
+      if (!local) {
+        failures.push_back(*root);
+      }
+    }
+    std::cerr << "dtrun: job '" << config_.runId << "' is over: " << end.message << "\n";
+    if (!failures.empty()) {
+      std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures);
+    }
+    finish(end.exitCode);
+  }
+
+  void onStoreLost(const Status& status) {
+    if (finished_ || stopReason_ == StopReason::kStoreLost) {
+      return;
+    }
+    std::cerr << "dtrun: lost the rendezvous store at " << config_.masterAddr << ":" << storePort()
+              << ": " << status.message() << "; stopping this node's workers\n";
+    stopReason_ = StopReason::kStoreLost;
+    beginStop(SIGTERM);
+    if (allExited()) {
+      asio::post(io_, [this] { onAllExited(); });
+    }
   }
 
   // Starts the workers one after another without waiting for their execs (confirmed together
   // afterwards), and stops starting more as soon as a started one has already failed: the group
   // is going to be stopped, and every further start would only delay the restart.
   void startGroup() {
-    const fs::path attemptDir = runDir_ / ("attempt_" + std::to_string(restartCount_));
+    fs::path attemptDir = runDir_ / ("attempt_" + std::to_string(restartCount_));
     std::error_code ec;
+    if (assignment_ && fs::exists(attemptDir, ec)) {  // a membership change keeps the attempt
+      attemptDir += "-round" + std::to_string(assignment_->round);
+    }
     fs::create_directories(attemptDir, ec);
     workers_.clear();
     workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
@@ -233,8 +411,8 @@ class Agent {
     for (int localRank = 0; localRank < config_.nprocPerNode && status.isOk(); ++localRank) {
       Worker& w = workers_[static_cast<std::size_t>(localRank)];
       w.localRank = localRank;
-      w.rank = localRank;  // one node: global rank = local rank
-      w.dir = attemptDir / std::to_string(w.rank);
+      w.rank = (assignment_ ? assignment_->rankOffset : 0) + localRank;
+      w.dir = attemptDir / std::to_string(w.localRank);  // keyed by local rank, as torchrun
       fs::create_directory(w.dir, ec);
       w.outLog = openLog(w.dir / "stdout.log");
       w.errLog = openLog(w.dir / "stderr.log");
@@ -299,10 +477,12 @@ class Agent {
     detail::WorkerPlacement placement;
     placement.localRank = w.localRank;
     placement.rank = w.rank;
-    placement.worldSize = config_.nprocPerNode;
+    placement.worldSize = assignment_ ? assignment_->worldSize : config_.nprocPerNode;
+    placement.groupRank = assignment_ ? assignment_->nodeRank : 0;
+    placement.groupWorldSize = assignment_ ? assignment_->nodeCount : 1;
     placement.restartCount = restartCount_;
     placement.masterAddr = config_.masterAddr;
-    placement.masterPort = store_->port();
+    placement.masterPort = storePort();
     placement.errorFile = (w.dir / "error.json").string();
     placement.logDir = w.dir.string();
 
@@ -392,11 +572,20 @@ class Agent {
       failure.pid = w.child->pid();
       failure.status = status;
       failure.time = std::chrono::system_clock::now();
-      failures_.push_back(failure);
       log::agent().warn("rank {} (pid {}) failed: {}; stopping the worker group", w.rank,
                         failure.pid, status.describe());
       stopReason_ = StopReason::kFailure;
       beginStop(SIGTERM);
+      if (job_) {  // end the round for every node now, with this failure as its cause
+        describeFromFiles(failure, w.dir);
+        failure.host = host_;
+        failure.nodeRank = assignment_ ? assignment_->nodeRank : -1;
+        job_->endRound(rdzv::RoundEnd{
+            rdzv::RoundEnd::Kind::kFailure,
+            "rank " + std::to_string(w.rank) + " on " + host_ + " failed: " + status.describe(),
+            detail::encodeFailure(failure), status.shellCode()});
+      }
+      failures_.push_back(failure);
     }
     if (allExited()) {
       onAllExited();
@@ -447,11 +636,30 @@ class Agent {
       }
     }
     if (stopReason_ == StopReason::kStartup) {
+      if (job_) {
+        job_->leave("its workers could not start");
+      }
       finish(startupExitCode_);
       return;
     }
     if (stopReason_ == StopReason::kSignal) {
+      if (job_) {
+        job_->leave("received " + detail::signalName(stopSignal_));
+      }
       finish(128 + stopSignal_);
+      return;
+    }
+    if (stopReason_ == StopReason::kStoreLost) {
+      finish(1);
+      return;
+    }
+    if (job_) {
+      if (stopReason_ == StopReason::kNone && failures_.empty()) {
+        log::agent().info("this node's {} worker(s) succeeded; waiting for the other nodes",
+                          workers_.size());
+        job_->done();
+      }
+      afterRound();
       return;
     }
     if (failures_.empty()) {
@@ -460,10 +668,7 @@ class Agent {
       return;
     }
     for (auto& failure : failures_) {
-      const fs::path dir = workers_[static_cast<std::size_t>(failure.localRank)].dir;
-      if (!detail::readErrorFile((dir / "error.json").string(), failure)) {
-        failure.message = detail::tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
-      }
+      describeFromFiles(failure, workers_[static_cast<std::size_t>(failure.localRank)].dir);
     }
     const WorkerFailure& root = failures_.front();
     if (restartCount_ < config_.maxRestarts) {
@@ -488,7 +693,11 @@ class Agent {
   asio::steady_timer graceTimer_;
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
-  std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group
+  std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
+  std::unique_ptr<rdzv::KeeperService> keepers_;
+  std::unique_ptr<detail::JobCoordinator> job_;
+  std::optional<rdzv::Assignment> assignment_;
+  std::optional<rdzv::RoundEnd> roundEnd_;
   UniqueFd signalFd_;
   std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;
   std::string executable_;

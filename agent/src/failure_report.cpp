@@ -25,7 +25,8 @@ std::string describeFailure(const WorkerFailure& f, const std::string& host) {
   std::ostringstream out;
   const int exitcode = f.status.signaled ? -f.status.code : f.status.code;
   out << "  time      : " << formatTime(f.time) << "\n"
-      << "  host      : " << host << "\n"
+      << "  host      : " << (f.host.empty() ? host : f.host)
+      << (f.nodeRank >= 0 ? " (node " + std::to_string(f.nodeRank) + ")" : "") << "\n"
       << "  rank      : " << f.rank << " (local_rank: " << f.localRank << ")\n"
       << "  exitcode  : " << exitcode << " (pid: " << f.pid << ")\n"
       << "  error_file: " << (f.errorFile.empty() ? "<N/A>" : f.errorFile) << "\n";
@@ -50,6 +51,43 @@ std::string describeFailure(const WorkerFailure& f, const std::string& host) {
 }
 
 }  // namespace
+
+std::string encodeFailure(const WorkerFailure& f) {
+  return nlohmann::json{
+      {"rank", f.rank},
+      {"local_rank", f.localRank},
+      {"pid", f.pid},
+      {"signaled", f.status.signaled},
+      {"code", f.status.code},
+      {"time_ms",
+       std::chrono::duration_cast<std::chrono::milliseconds>(f.time.time_since_epoch()).count()},
+      {"error_file", f.errorFile},
+      {"message", f.message},
+      {"host", f.host},
+      {"node_rank", f.nodeRank}}
+      .dump();
+}
+
+std::optional<WorkerFailure> decodeFailure(const std::string& text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    WorkerFailure f;
+    f.rank = j.at("rank").get<int>();
+    f.localRank = j.at("local_rank").get<int>();
+    f.pid = j.at("pid").get<pid_t>();
+    f.status.signaled = j.at("signaled").get<bool>();
+    f.status.code = j.at("code").get<int>();
+    f.time = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(j.at("time_ms").get<std::int64_t>()));
+    f.errorFile = j.at("error_file").get<std::string>();
+    f.message = j.at("message").get<std::string>();
+    f.host = j.at("host").get<std::string>();
+    f.nodeRank = j.at("node_rank").get<int>();
+    return f;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
 
 bool readErrorFile(const std::string& path, WorkerFailure& failure) {
   std::ifstream in(path);

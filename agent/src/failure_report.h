@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,14 @@ struct WorkerFailure {
   std::chrono::system_clock::time_point time;
   std::string errorFile;  // path; "<N/A>" in the report when not written
   std::string message;    // error file message, else stderr tail, else a hint
+  std::string host;       // the node it happened on; "" = the report's host
+  int nodeRank = -1;      // multi-node jobs: that node's rank
 };
+
+// A failure as JSON text, for the other nodes of a job (the round's end carries it), and back;
+// nullopt for anything malformed.
+std::string encodeFailure(const WorkerFailure& failure);
+std::optional<WorkerFailure> decodeFailure(const std::string& text);
 
 // Reads a worker's TORCHELASTIC_ERROR_FILE (torchrun's @record format, or the legacy
 // {"message": "...", "timestamp": N}); fills errorFile and message. False if absent or unreadable.

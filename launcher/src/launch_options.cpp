@@ -14,6 +14,10 @@
 #include <system_error>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +33,7 @@ namespace {
 
 constexpr std::string_view kUsage = "usage: dtrun [options] <entrypoint> [args...]";
 constexpr int kDefaultC10dPort = 29400;
+constexpr int kDefaultStaticPort = 29500;  // torchrun's --master_port default
 constexpr double kDefaultShutdownSeconds = 30.0;
 constexpr double kMaxShutdownSeconds = 1.0e6;  // keeps the milliseconds far from overflow
 constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
@@ -507,6 +512,93 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
   return Status::ok();
 }
 
+// A --rdzv_conf duration in seconds (torchrun's unit), as milliseconds.
+Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std::string& value) {
+  const auto number = parseNumber(value);
+  if (!number || *number < 0 || *number > 1e7) {
+    return Status::invalidArgument("--rdzv_conf: " + key + " expects a number of seconds, e.g. " +
+                                   key + "=30, got '" + value + "'");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*number * 1000));
+}
+
+// Multi-node settings: who hosts the store, the node rank hint and the --rdzv_conf timeouts.
+Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const HostFacts& host,
+                                                LaunchPlan& plan, int nodeRank) {
+  agent::MultiNodeConfig multi;
+  agent::AgentConfig& config = plan.config;
+  multi.minNodes = plan.minNodes;
+  multi.maxNodes = plan.maxNodes;
+  const bool explicitRank = options.find("node_rank").has_value();
+  if (plan.rdzvBackend == "static") {
+    multi.nodeRank = nodeRank;
+    multi.hostsStore = nodeRank == 0;
+    multi.lastCallTimeout = std::chrono::milliseconds(0);  // every node is expected
+    if (config.storePort == 0) {
+      config.storePort = kDefaultStaticPort;
+      plan.rdzvEndpoint = joinHostPort(config.masterAddr, config.storePort);
+    }
+  } else {
+    multi.nodeRank = explicitRank ? nodeRank : -1;
+    const auto endpointHost = plan.rdzvEndpoint.substr(0, plan.rdzvEndpoint.rfind(':'));
+    const std::string bare = endpointHost.starts_with('[') && endpointHost.ends_with(']')
+                                 ? endpointHost.substr(1, endpointHost.size() - 2)
+                                 : endpointHost;
+    multi.hostsStore = host.isThisHost(bare);
+    multi.hostGuessed = true;
+  }
+  for (const auto& [key, value] : plan.rdzvConf) {
+    std::chrono::milliseconds* target = nullptr;
+    if (key == "join_timeout" || key == "timeout") {
+      target = &multi.joinTimeout;
+    } else if (key == "last_call_timeout") {
+      target = &multi.lastCallTimeout;
+    } else if (key == "close_timeout") {
+      target = &multi.closeTimeout;
+    } else if (key == "keep_alive_interval") {
+      target = &multi.keepAliveInterval;
+    } else if (key == "read_timeout") {
+      target = &multi.readTimeout;
+    } else if (key == "keep_alive_max_attempt") {
+      const auto n = isDigits(value) ? parseInt(value) : std::nullopt;
+      if (!n || *n < 1 || *n > 1000) {
+        return Status::invalidArgument(
+            "--rdzv_conf: keep_alive_max_attempt expects a whole number from 1 to 1000, got '" +
+            value + "'");
+      }
+      multi.keepAliveMaxAttempt = static_cast<int>(*n);
+    } else if (key == "is_host") {
+      if (value != "1" && value != "0" && value != "true" && value != "false" && value != "True" &&
+          value != "False") {
+        return Status::invalidArgument("--rdzv_conf: is_host expects true or false, got '" + value +
+                                       "'");
+      }
+      multi.hostsStore = value == "1" || value == "true" || value == "True";
+      multi.hostGuessed = false;
+    } else if (key == "heartbeat_timeout" || key == "use_agent_store") {
+      // torchrun's per-operation heartbeat deadline and store sharing: dtrun's heartbeats are
+      // one-way messages and its agents always share their store.
+    } else {
+      plan.warnings.push_back(
+          "--rdzv_conf: unknown key '" + key +
+          "' ignored (known: " + "join_timeout, last_call_timeout, close_timeout, " +
+          "keep_alive_interval, keep_alive_max_attempt, read_timeout, " + "is_host)");
+    }
+    if (target != nullptr) {
+      auto duration = confSeconds(key, value);
+      if (!duration.isOk()) {
+        return duration.status();
+      }
+      *target = duration.value();
+    }
+  }
+  if (multi.keepAliveInterval.count() <= 0 || multi.readTimeout.count() <= 0) {
+    return Status::invalidArgument(
+        "--rdzv_conf: keep_alive_interval and read_timeout must be above 0 seconds");
+  }
+  return multi;
+}
+
 // Role, log directory, redirects, tee and the console filter.
 Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
   const auto role = options.get("role", "default");
@@ -948,12 +1040,6 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return nnodes.status();
   }
   std::tie(plan.minNodes, plan.maxNodes) = nnodes.value();
-  if (plan.maxNodes != 1) {
-    return Status::invalidArgument(nnodesSetting.source +
-                                   ": multi-node is not supported yet (this dtrun runs one node: "
-                                   "--nnodes=1), got '" +
-                                   nnodesSetting.text + "'");
-  }
   const auto nodeRankSetting = options.get("node_rank", "0");
   auto nodeRank = parseNonNegative(nodeRankSetting);
   if (!nodeRank.isOk()) {
@@ -979,6 +1065,21 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return rdzvConf.status();
   }
   plan.rdzvConf = std::move(rdzvConf).value();
+  if (plan.maxNodes > 1) {
+    if (standalone) {
+      return expected(nnodesSetting, "1 with --standalone (one node by definition)");
+    }
+    if (plan.rdzvBackend == "static" && plan.minNodes != plan.maxNodes) {
+      return expected(nnodesSetting,
+                      "a fixed node count with the static backend (use --rdzv_backend=c10d for "
+                      "MIN:MAX)");
+    }
+    auto multi = resolveMultiNode(options, host, plan, nodeRank.value());
+    if (!multi.isOk()) {
+      return multi.status();
+    }
+    config.multiNode = multi.value();
+  }
 
   auto maxRestarts = parseNonNegative(options.get("max_restarts", "0"));
   if (!maxRestarts.isOk()) {
@@ -1027,6 +1128,52 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   return plan;
 }
 
+// The numeric text of an address (IPv4 or IPv6), for comparing names that resolve alike.
+std::string addressText(const sockaddr* address) {
+  std::array<char, INET6_ADDRSTRLEN> text{};
+  const void* raw =
+      address->sa_family == AF_INET
+          ? static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in*>(address)->sin_addr)  // NOLINT
+          : static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);  // NOLINT
+  return ::inet_ntop(address->sa_family, raw, text.data(), text.size()) != nullptr ? text.data()
+                                                                                   : "";
+}
+
+bool isThisMachine(const std::string& name) {
+  std::array<char, 256> own{};
+  if (name == "localhost" ||
+      (::gethostname(own.data(), own.size() - 1) == 0 && name == own.data())) {
+    return true;
+  }
+  std::set<std::string> local;
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) == 0) {
+    for (const ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr != nullptr &&
+          (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+        local.insert(addressText(i->ifa_addr));
+      }
+    }
+    ::freeifaddrs(interfaces);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) {
+    return false;
+  }
+  bool mine = false;
+  for (const addrinfo* a = found; a != nullptr && !mine; a = a->ai_next) {
+    const std::string text = addressText(a->ai_addr);
+    mine = local.count(text) != 0 || text.starts_with("127.") || text == "::1";
+  }
+  ::freeaddrinfo(found);
+  return mine;
+}
+
 HostFacts readHostFacts() {
   HostFacts host;
   host.fileExists = [](const std::string& path) {
@@ -1072,6 +1219,7 @@ HostFacts readHostFacts() {
     return std::nullopt;
   };
   host.makeRunId = randomRunId;
+  host.isThisHost = isThisMachine;
   return host;
 }
 

@@ -38,6 +38,11 @@ struct HostFacts {
       [](const std::string&) { return std::optional<std::string>(); };
   // Whether a script handed to the interpreter exists (tests assume it does).
   std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
+  // Whether `host` (a name or address) is this machine: c10d's is_host guess. readHostFacts:
+  // "localhost", loopback addresses, the host name, and the addresses of this host's interfaces.
+  std::function<bool(const std::string& host)> isThisHost = [](const std::string&) {
+    return false;
+  };
   // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
   std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
 };

@@ -31,6 +31,25 @@ struct StreamSelection {
   }
 };
 
+// A job over several nodes (--nnodes with a maximum above 1): the agents rendezvous in rounds
+// through the store at masterAddr:storePort, which the agent with hostsStore serves.
+struct MultiNodeConfig {
+  int minNodes = 1;
+  int maxNodes = 1;
+  int nodeRank = -1;        // --node_rank when given: this node's rank if the round allows
+  int schedulerOrder = -1;  // the batch scheduler's order of this node, when known
+  bool hostsStore = false;
+  // c10d guessed is_host from the endpoint naming this host: when the port is taken, another
+  // agent (or `dtrun store`) on this host serves it and this agent is a client.
+  bool hostGuessed = false;
+  std::chrono::milliseconds joinTimeout{600000};
+  std::chrono::milliseconds lastCallTimeout{30000};
+  std::chrono::milliseconds closeTimeout{30000};
+  std::chrono::milliseconds keepAliveInterval{5000};
+  int keepAliveMaxAttempt = 3;
+  std::chrono::milliseconds readTimeout{60000};  // a silent store is lost after this
+};
+
 struct AgentConfig {
   // What every worker runs. command[0] is a path, or a name looked up in PATH; the literal
   // "${local_rank}" in any element is replaced by the worker's local rank.
@@ -55,6 +74,8 @@ struct AgentConfig {
   StreamSelection redirects;
   StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
   std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
+
+  std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
 
   // Set in every worker's environment unless the agent's environment already has them
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
