@@ -377,7 +377,13 @@ class Agent {
     if (!failures.empty()) {
       std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures);
     }
-    finish(end.exitCode);
+    job_->bye();
+    if (store_) {  // the others must still read the news from this store
+      job_->waitFinished(config_.multiNode->closeTimeout,
+                         [this, code = end.exitCode] { finish(code); });
+    } else {
+      finish(end.exitCode);
+    }
   }
 
   void onStoreLost(const Status& status) {

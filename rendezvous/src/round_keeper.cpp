@@ -161,6 +161,8 @@ class Keeper {
       byes_.insert(m.agentId);
       if (phase_ == Phase::kExiting && byes_.size() >= members_.size()) {
         finish("every node passed the exit barrier");
+      } else if (phase_ == Phase::kClosed && byes_.size() >= static_cast<std::size_t>(expected_)) {
+        finish("every node learned that the job is over");
       }
     }
   }
@@ -179,10 +181,6 @@ class Keeper {
         v.kind = AssignValue::Kind::kClosed;
         v.closedBy = *closedBy_;
         static_cast<void>(store_->set(keys_.assign(round_, slot), detail::encodeAssign(v)));
-        closedTold_.insert(record->agentId);
-        if (closedTold_.size() >= static_cast<std::size_t>(expected_)) {
-          finish("every node was told the job is over");
-        }
         return;
       }
       case Phase::kGathering:
@@ -478,7 +476,6 @@ class Keeper {
   std::map<std::string, Clock::time_point> lastSeen_;
   std::set<std::string> lost_;
   std::set<std::string> byes_;
-  std::set<std::string> closedTold_;
   std::optional<RoundEnd> closedBy_;
   std::optional<Clock::time_point> lastCall_;
   Clock::time_point opened_;
