@@ -10,6 +10,7 @@
 
 #include "dtrun/launcher.h"
 #include "dtrun/rendezvous.h"
+#include "dtrun/round.h"
 
 #include "log.h"
 
@@ -68,10 +69,17 @@ int runStore(const StoreCommandOptions& options) {
       return 1;
     }
   }
+  // Multi-node jobs whose --rdzv_endpoint is this store get their keeper here.
+  auto keepers = rdzv::KeeperService::start(port);
+  if (!keepers.isOk()) {
+    std::cerr << "dtrun store: " << keepers.status().message() << "\n";
+    return 1;
+  }
   std::cout << "dtrun store: listening on port " << port << std::endl;
   int signal = 0;
   sigwait(&stopSignals, &signal);
   log::rdzv().info("store stopping on signal {}", signal);
+  keepers.value().reset();
   server.value()->stop();
   return 0;
 }

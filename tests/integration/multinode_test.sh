@@ -157,6 +157,25 @@ for n in 3 4; do
 done
 
 # ---------------------------------------------------------------------------------------------
+# c10d hosted by `dtrun store` (is_host=0 everywhere): the store's keeper runs the job.
+"$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$work/store.port" >"$work/store.out" 2>&1 &
+store_pid=$!
+pids+=("$store_pid")
+for _ in $(seq 100); do [[ -s $work/store.port ]] && break; sleep 0.05; done
+port=$(cat "$work/store.port" 2>/dev/null || echo 1)
+for i in 0 1; do
+  start "ds_$i" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=ds \
+    --rdzv_conf="$FAST,is_host=0" --nproc_per_node=1 --no_python "$WORKER" env
+done
+ok=0
+for i in 0 1; do expect_rc "ds_$i" 0 || ok=1; done
+mapfile -t files < <(logs_of ds_0 attempt_0; logs_of ds_1 attempt_0)
+[[ $ok -ne 0 ]] || ! check_world "dtrun store host" 2 2 "${files[@]}" ||
+  pass "c10d job hosted by \`dtrun store\` ok"
+kill -TERM "$store_pid" 2>/dev/null || true
+wait "$store_pid" 2>/dev/null || true
+
+# ---------------------------------------------------------------------------------------------
 # A worker failing on node 2 restarts every node; the budget is the job's (max_restarts=1):
 # rank 4 fails in attempt 0 only -> success in attempt 1; then rank 4 failing twice ends the
 # job with its exit code on every node.
