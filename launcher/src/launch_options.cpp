@@ -546,6 +546,7 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
                                  : endpointHost;
     multi.hostsStore = host.isThisHost(bare);
     multi.hostGuessed = true;
+    config.masterAddr = bare;  // every node reaches the store (and workers) there
   }
   for (const auto& [key, value] : plan.rdzvConf) {
     std::chrono::milliseconds* target = nullptr;

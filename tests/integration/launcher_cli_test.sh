@@ -57,8 +57,8 @@ expect_usage_error --nproc_per_node --nproc_per_node 0 train.py
 expect_usage_error --nproc_per_node --nproc_per_node=-2 train.py
 expect_usage_error --nnodes --nnodes=0 train.py
 expect_usage_error --nnodes --nnodes=3:2 train.py
-expect_usage_error "multi-node is not supported yet" --nnodes=2 train.py
-expect_usage_error "multi-node is not supported yet" --nnodes 1:4 train.py
+expect_usage_error "fixed node count with the static backend" --nnodes 1:4 train.py
+expect_usage_error "join_timeout expects a number of seconds" --nnodes=2 --rdzv_conf=join_timeout=x train.py
 expect_usage_error --node_rank --node-rank=x train.py
 expect_usage_error --node_rank --node_rank=1 train.py
 expect_usage_error --master_port --master-port=70000 train.py
@@ -104,7 +104,7 @@ expect_env() {  # <variable=value> <text>: like expect_usage_error with that var
   fi
 }
 expect_env PET_NPROC_PER_NODE=abc PET_NPROC_PER_NODE
-expect_env PET_NNODES=2 PET_NNODES
+expect_env PET_NNODES=1:4 PET_NNODES
 expect_env PET_STANDALONE=yes PET_STANDALONE
 expect_env PET_RDZV_BACKEND=etcd-v2 PET_RDZV_BACKEND
 expect_env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon TORCH_ELASTIC_SHUTDOWN_TIMEOUT

@@ -491,6 +491,48 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
   }
 }
 
+TEST_CASE("more than one node makes a multi-node configuration", "[unit][launcher]") {
+  SECTION("static: node rank 0 hosts the store at --master_port (29500 by default)") {
+    const auto p0 = planOk({"--nnodes=2", "--node_rank=0", "x.py"});
+    REQUIRE(p0.config.multiNode.has_value());
+    CHECK(p0.config.multiNode->hostsStore);
+    CHECK(p0.config.multiNode->nodeRank == 0);
+    CHECK(p0.config.multiNode->lastCallTimeout.count() == 0);
+    CHECK(p0.config.storePort == 29500);
+    const auto p1 = planOk({"--nnodes=2", "--node_rank=1", "--master_addr=h0", "x.py"});
+    CHECK_FALSE(p1.config.multiNode->hostsStore);
+    CHECK(p1.config.masterAddr == "h0");
+  }
+  SECTION("c10d: MIN:MAX, is_host guessed from the endpoint, --rdzv_conf timeouts") {
+    auto host = testHost();
+    host.isThisHost = [](const std::string& h) { return h == "me"; };
+    const auto p = planOk(
+        {"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=me:29401", "--local_addr=10.9.9.9",
+         "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_interval=1,"
+         "keep_alive_max_attempt=4,read_timeout=7,close_timeout=2",
+         "x.py"},
+        host);
+    const auto& m = *p.config.multiNode;
+    CHECK(m.minNodes == 2);
+    CHECK(m.maxNodes == 4);
+    CHECK(m.hostsStore);
+    CHECK(m.hostGuessed);
+    CHECK(m.nodeRank == -1);
+    CHECK(m.joinTimeout.count() == 5000);
+    CHECK(m.lastCallTimeout.count() == 500);
+    CHECK(m.keepAliveInterval.count() == 1000);
+    CHECK(m.keepAliveMaxAttempt == 4);
+    CHECK(m.readTimeout.count() == 7000);
+    CHECK(m.closeTimeout.count() == 2000);
+    CHECK(p.config.masterAddr == "me");  // the store's host, not --local_addr
+    const auto q = planOk({"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=other:1",
+                           "--rdzv_conf=is_host=1", "x.py"},
+                          host);
+    CHECK(q.config.multiNode->hostsStore);
+    CHECK_FALSE(q.config.multiNode->hostGuessed);
+  }
+}
+
 TEST_CASE("OMP_NUM_THREADS defaults to 1 for more than one worker", "[unit][launcher]") {
   auto host = testHost();
   const auto p = planOk({"--nproc_per_node=2", "x.py"}, host);
@@ -540,11 +582,17 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--nnodes=3:2", "x.py"}, "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '3:2'"},
       {{"--nnodes=1:2:3", "x.py"},
        "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '1:2:3'"},
-      {{"--nnodes=2", "x.py"},
-       "--nnodes: multi-node is not supported yet (this dtrun runs one node: --nnodes=1), got '2'"},
       {{"--nnodes=1:4", "x.py"},
-       "--nnodes: multi-node is not supported yet (this dtrun runs one node: --nnodes=1), got "
-       "'1:4'"},
+       "--nnodes: expected a fixed node count with the static backend (use "
+       "--rdzv_backend=c10d for MIN:MAX), got '1:4'"},
+      {{"--standalone", "--nnodes=2", "x.py"},
+       "--nnodes: expected 1 with --standalone (one node by definition), got '2'"},
+      {{"--nnodes=2", "--rdzv_conf=join_timeout=soon", "x.py"},
+       "--rdzv_conf: join_timeout expects a number of seconds, e.g. join_timeout=30, got 'soon'"},
+      {{"--nnodes=2", "--rdzv_conf=is_host=maybe", "x.py"},
+       "--rdzv_conf: is_host expects true or false, got 'maybe'"},
+      {{"--nnodes=2", "--rdzv_conf=keep_alive_max_attempt=0", "x.py"},
+       "--rdzv_conf: keep_alive_max_attempt expects a whole number from 1 to 1000, got '0'"},
       {{"--node_rank=-1", "x.py"}, "--node_rank: expected a non-negative integer, got '-1'"},
       {{"--node_rank=1", "x.py"}, "--node_rank: must be below --nnodes (1), got '1'"},
       {{"--rdzv_backend=etcd", "x.py"},
