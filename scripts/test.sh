@@ -42,7 +42,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 
 step "TSan build: store and agent tests"
 bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
-TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -R '^(rdzv|agent)/'
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -R '^(rdzv|agent)/|^integration/multinode_test'
 
 step "clang-tidy"
 bash scripts/tidy.sh build
