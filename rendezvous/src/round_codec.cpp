@@ -135,13 +135,8 @@ std::string encodeAssign(const AssignValue& v) {
     j = {{"closed", endJson(v.closedBy)}};
   } else {
     const Assignment& a = v.assignment;
-    json members = json::array();
-    for (const auto& m : a.members) {
-      members.push_back(recordJson(m));
-    }
     j = {{"round", a.round},          {"attempt", a.attempt},        {"node_rank", a.nodeRank},
-         {"node_count", a.nodeCount}, {"rank_offset", a.rankOffset}, {"world_size", a.worldSize},
-         {"members", members}};
+         {"node_count", a.nodeCount}, {"rank_offset", a.rankOffset}, {"world_size", a.worldSize}};
   }
   return j.dump();
 }
@@ -162,9 +157,6 @@ std::optional<AssignValue> decodeAssign(const std::string& text) {
       a.nodeCount = j.at("node_count").get<int>();
       a.rankOffset = j.at("rank_offset").get<int>();
       a.worldSize = j.at("world_size").get<int>();
-      for (const auto& m : j.at("members")) {
-        a.members.push_back(recordFrom(m));
-      }
     }
     return v;
   });

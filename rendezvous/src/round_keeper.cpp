@@ -219,9 +219,10 @@ class Keeper {
     a.round = round_;
     a.attempt = attempt_;
     a.nodeCount = static_cast<int>(order.size());
+    std::string hosts;
     for (const auto i : order) {
-      a.members.push_back(records[i]);
       a.worldSize += records[i].nproc;
+      hosts += (hosts.empty() ? "" : ", ") + records[i].host;
     }
     std::vector<std::string> keys;
     std::vector<Bytes> values;
@@ -239,7 +240,7 @@ class Keeper {
       values.push_back(detail::encodeAssign(v));
       members_.push_back(arrival);
     }
-    // Everyone shares the member list; only the per-slot values are what each node reads.
+    // Each node reads only its own small value: closing a round moves O(N) bytes, not O(N^2).
     for (std::size_t i = 0; i < arrived_.size(); ++i) {
       if (chosen.count(i) == 0) {
         AssignValue v;
@@ -259,8 +260,9 @@ class Keeper {
       lastSeen_[m.record.agentId] = now;
       spares_.erase(m.record.agentId);
     }
-    log::rdzv().info("job '{}' round {} (attempt {}): {} node(s), world size {}, {} spare(s)",
-                     jobId_, round_, attempt_, members_.size(), a.worldSize, spares_.size());
+    log::rdzv().info("job '{}' round {} (attempt {}): {} node(s), world size {}, {} spare(s): {}",
+                     jobId_, round_, attempt_, members_.size(), a.worldSize, spares_.size(),
+                     hosts.size() > 400 ? hosts.substr(0, 400) + "..." : hosts);
   }
 
   // A node that arrives while the round runs waits for its end (as a spare); when the job is

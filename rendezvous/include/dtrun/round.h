@@ -54,7 +54,6 @@ struct Assignment {
   int nodeCount = 0;
   int rankOffset = 0;  // this node's first global rank (prefix sum of local world sizes)
   int worldSize = 0;
-  std::vector<NodeRecord> members;  // by node rank
 };
 
 // Why a round (or the whole job) ended.
