@@ -10,7 +10,10 @@
 set -euo pipefail
 
 DTRUN=${1:?usage: netns_test.sh /path/to/dtrun}
-WORKER=$(cd "$(dirname "$0")" && pwd)/workers/node_worker.sh
+HERE=$(cd "$(dirname "$0")" && pwd)
+WORKER=$HERE/workers/node_worker.sh
+# shellcheck source=lib/wait_agent.sh
+source "$HERE/lib/wait_agent.sh"
 LIMIT=60
 [[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || LIMIT=120
 
@@ -81,18 +84,7 @@ start() {  # <index> <dtrun args...>
   pids+=("$!")
 }
 rc=0
-finish() {  # <index> <seconds>
-  local pid=${pid_of[$1]} end=$((SECONDS + $2))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.1; done
-  rc=0
-  if kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; then
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    rc=124
-    return
-  fi
-  wait "$pid" || rc=$?
-}
+finish() { wait_agent "${pid_of[$1]}" $((SECONDS + $2)); }  # <index> <seconds>
 
 endpoint=$(addr_of 0):29400
 conf=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=3,last_call_timeout=2
