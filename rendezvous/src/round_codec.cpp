@@ -73,7 +73,12 @@ RoundEnd endFrom(const json& j) {
 }  // namespace
 
 std::string encodeMessage(const KeeperMessage& m) {
-  return m.verb + " " + std::to_string(m.round) + " " + std::to_string(m.slot) + " " + m.agentId;
+  std::string text =
+      m.verb + " " + std::to_string(m.round) + " " + std::to_string(m.slot) + " " + m.agentId;
+  if (!m.payload.empty()) {
+    text += " " + m.payload;
+  }
+  return text;
 }
 
 std::optional<KeeperMessage> decodeMessage(const std::string& text) {
@@ -81,6 +86,10 @@ std::optional<KeeperMessage> decodeMessage(const std::string& text) {
   KeeperMessage m;
   if (!(in >> m.verb >> m.round >> m.slot >> m.agentId)) {
     return std::nullopt;
+  }
+  if (in.peek() == ' ') {
+    in.get();
+    std::getline(in, m.payload, '\0');
   }
   return m;
 }

@@ -20,9 +20,6 @@ class RoundKeys {
   [[nodiscard]] std::string round() const { return job_ + "round"; }    // the open round
   [[nodiscard]] std::string finished() const { return job_ + "finished"; }
   [[nodiscard]] std::string arrivals(int r) const { return in(r) + "arrivals"; }
-  [[nodiscard]] std::string node(int r, int slot) const {
-    return in(r) + "node/" + std::to_string(slot);
-  }
   [[nodiscard]] std::string assign(int r, int slot) const {
     return in(r) + "assign/" + std::to_string(slot);
   }
@@ -34,12 +31,14 @@ class RoundKeys {
   std::string job_;
 };
 
-// Keeper messages: "<verb> <round> <slot> <agentId>", e.g. "join 3 0 host-a:1234".
+// Keeper messages: "<verb> <round> <slot> <agentId>[ <payload>]", e.g. "join 3 0 host-a:1234 {...}".
+// A join carries the node's record as its payload, so the keeper reads nothing else per join.
 struct KeeperMessage {
   std::string verb;  // join, hb, fail, done, leave, bye
   int round = 0;
   int slot = -1;
   std::string agentId;
+  std::string payload;  // join: encodeRecord(); otherwise empty
 };
 std::string encodeMessage(const KeeperMessage& message);
 std::optional<KeeperMessage> decodeMessage(const std::string& text);

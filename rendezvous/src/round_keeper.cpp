@@ -26,6 +26,8 @@ using std::chrono::milliseconds;
 // The longest a keeper blocks in one pop: how soon it notices that its service stops.
 constexpr milliseconds kPopSlice{500};
 constexpr milliseconds kStatusEvery{5000};
+// Messages taken from the inbox per pop: thousands of joins cost a few round trips, not one each.
+constexpr std::size_t kPopBatch = 1024;
 
 std::string describeNode(int nodeRank, const NodeRecord& r) {
   return "node " + std::to_string(nodeRank) + " (" + r.host + ")";
@@ -59,16 +61,19 @@ class Keeper {
       const auto now = Clock::now();
       const auto wait = std::clamp(std::chrono::duration_cast<milliseconds>(nextDeadline() - now),
                                    milliseconds(1), kPopSlice);
-      auto item = store_->queuePop(keys_.inbox(), wait);
-      if (item.isOk()) {
-        if (const auto message = detail::decodeMessage(item.value())) {
-          handle(*message);
-        } else {
-          log::rdzv().warn("keeper of job '{}': ignoring a malformed message '{}'", jobId_,
-                           item.value().substr(0, 80));
+      auto items = store_->queuePopMany(keys_.inbox(), kPopBatch, wait);
+      if (items.isOk()) {
+        for (const auto& item : items.value()) {
+          if (const auto message = detail::decodeMessage(item)) {
+            handle(*message);
+          } else {
+            log::rdzv().warn("keeper of job '{}': ignoring a malformed message '{}'", jobId_,
+                             item.substr(0, 80));
+          }
         }
-      } else if (item.status().code() != Errc::kTimeout) {
-        log::rdzv().error("keeper of job '{}' lost its store: {}", jobId_, item.status().message());
+      } else if (items.status().code() != Errc::kTimeout) {
+        log::rdzv().error("keeper of job '{}' lost its store: {}", jobId_,
+                          items.status().message());
         return;
       }
       checkDeadlines(Clock::now());
@@ -146,7 +151,7 @@ class Keeper {
       return;
     }
     if (m.verb == "join") {
-      onJoin(m.slot);
+      onJoin(m);
     } else if (m.verb == "fail") {
       if (auto end = store_->get(keys_.end(round_)); end.isOk()) {
         if (auto decoded = detail::decodeEnd(end.value())) {
@@ -167,12 +172,12 @@ class Keeper {
     }
   }
 
-  void onJoin(int slot) {
-    auto text = store_->get(keys_.node(round_, slot));
-    const auto record = text.isOk() ? detail::decodeRecord(text.value()) : std::nullopt;
+  void onJoin(const KeeperMessage& m) {
+    const int slot = m.slot;
+    const auto record = detail::decodeRecord(m.payload);
     if (!record) {
-      log::rdzv().warn("keeper of job '{}': round {} slot {} has no valid record", jobId_, round_,
-                       slot);
+      log::rdzv().warn("keeper of job '{}': round {} slot {} joined without a valid record",
+                       jobId_, round_, slot);
       return;
     }
     switch (phase_) {

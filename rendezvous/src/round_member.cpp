@@ -19,7 +19,11 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Waits are cut into slices so that `cancel` is seen; the event itself still arrives at once.
+// Every slice that expires costs a cancel and a new wait, so a big job (whose rounds take longer
+// to close, and whose N nodes would all re-wait together) gets longer slices: 1 ms per node.
 constexpr milliseconds kWaitSlice{1000};
+constexpr milliseconds kSlicePerNode{1};
+constexpr milliseconds kLongestSlice{5000};
 constexpr milliseconds kProgressEvery{5000};
 
 class StoreRoundMember final : public RoundMember {
@@ -31,7 +35,9 @@ class StoreRoundMember final : public RoundMember {
         keys_(jobId),
         jobId_(jobId),
         settings_(settings),
-        self_(std::move(self)) {}
+        self_(std::move(self)),
+        record_(detail::encodeRecord(self_)),
+        slice_(std::clamp(kSlicePerNode * settings.maxNodes, kWaitSlice, kLongestSlice)) {}
 
   // Publishes the settings unless the job has them, and asks for a keeper when this call was
   // the one that published them.
@@ -76,10 +82,8 @@ class StoreRoundMember final : public RoundMember {
         return slot.status();
       }
       const int mySlot = static_cast<int>(slot.value() - 1);
-      if (auto s = waiter_->set(keys_.node(r, mySlot), detail::encodeRecord(self_)); !s.isOk()) {
-        return s;
-      }
-      if (auto s = waiter_->queuePush(keys_.inbox(), message("join", r, mySlot)); !s.isOk()) {
+      if (auto s = waiter_->queuePush(keys_.inbox(), message("join", r, mySlot, record_));
+          !s.isOk()) {
         return s;
       }
       {
@@ -121,7 +125,7 @@ class StoreRoundMember final : public RoundMember {
         return Status::error(Errc::kCancelled,
                              "waiting for the end of round " + std::to_string(r) + ": cancelled");
       }
-      const auto s = waiter_->wait(keys, kWaitSlice);
+      const auto s = waiter_->wait(keys, slice_);
       if (s.code() == Errc::kTimeout) {
         continue;
       }
@@ -171,8 +175,9 @@ class StoreRoundMember final : public RoundMember {
   }
 
  private:
-  [[nodiscard]] std::string message(const char* verb, int r, int slot) const {
-    return detail::encodeMessage(KeeperMessage{verb, r, slot, self_.agentId});
+  [[nodiscard]] std::string message(const char* verb, int r, int slot,
+                                    const std::string& payload = {}) const {
+    return detail::encodeMessage(KeeperMessage{verb, r, slot, self_.agentId, payload});
   }
 
   Status notify(const char* verb) {
@@ -231,7 +236,7 @@ class StoreRoundMember final : public RoundMember {
                           : "; " + last));
       }
       const auto slice =
-          std::min(kWaitSlice, std::chrono::duration_cast<milliseconds>(deadline - now));
+          std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
       const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
       if (s.isOk()) {
         return waiter_->get(key);
@@ -254,6 +259,8 @@ class StoreRoundMember final : public RoundMember {
   std::string jobId_;
   RoundSettings settings_;
   NodeRecord self_;
+  std::string record_;  // encodeRecord(self_), sent with every join
+  milliseconds slice_;
   std::mutex notifyMutex_;
   std::mutex stateMutex_;
   int round_ = 0;

@@ -109,7 +109,7 @@ void Session::onRead(const error_code& ec, std::size_t n) {
 bool Session::processInput() {
   std::size_t offset = 0;
   dispatching_ = true;
-  while (offset < inSize_) {
+  while (offset < inSize_ && inSize_ - offset >= pendingNeed_) {
     const std::string_view input(in_.data() + offset, inSize_ - offset);
     if (!dialect_) {
       switch (detectDialect(input, core_.limits())) {
@@ -138,12 +138,14 @@ bool Session::processInput() {
       return false;
     }
     if (outcome.status == ParseStatus::kNeedMore) {
+      pendingNeed_ = outcome.needed;
       // Make room for the whole request now that its size is known (limits already checked).
       if (outcome.needed > in_.size() - offset) {
         in_.resize(offset + outcome.needed);
       }
       break;
     }
+    pendingNeed_ = 0;
     if (!dispatch(request_)) {
       return false;
     }

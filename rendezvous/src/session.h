@@ -73,6 +73,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Dialect> dialect_;
   std::vector<char> in_;
   std::size_t inSize_ = 0;
+  // Bytes the incomplete request at the front of in_ needs at least: a large MULTI_SET arriving
+  // in many reads is parsed again only once that much is here, not after every read.
+  std::size_t pendingNeed_ = 0;
   Request request_;  // reused across requests to keep its key vectors' capacity
   std::string outPending_;
   std::string outWriting_;

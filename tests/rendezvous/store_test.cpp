@@ -120,6 +120,22 @@ TEST_CASE("a blocking queue pop waits for a push", "[integration][rdzv]") {
   CHECK(item.value() == "job-1");
 }
 
+TEST_CASE("a batch pop drains what is queued, in order, and waits only for the first item",
+          "[integration][rdzv]") {
+  auto server = startServer();
+  auto store = connect(server->port());
+  CHECK(store->queuePopMany("inbox", 8, 50ms).status().code() == Errc::kTimeout);
+  for (const char* item : {"1", "2", "3", "4", "5"}) {
+    REQUIRE(store->queuePush("inbox", item).isOk());
+  }
+  CHECK(store->queuePopMany("inbox", 3, 1s).value() == std::vector<std::string>{"1", "2", "3"});
+  CHECK(store->queuePopMany("inbox", 100, 1s).value() == std::vector<std::string>{"4", "5"});
+  CHECK(store->queueLen("inbox").value() == 0);
+  // The connection stays usable after the pipelined requests.
+  REQUIRE(store->set("after", "ok").isOk());
+  CHECK(store->get("after").value() == "ok");
+}
+
 TEST_CASE("connecting to a closed port fails at the deadline with a clear message",
           "[integration][rdzv]") {
   std::uint16_t port = 0;

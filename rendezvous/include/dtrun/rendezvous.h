@@ -93,6 +93,10 @@ class Store {
   virtual Status queuePush(std::string_view key, std::string_view value) = 0;
   // Waits up to `timeout` for an item, then pops it.
   virtual Result<Bytes> queuePop(std::string_view key, std::chrono::milliseconds timeout) = 0;
+  // Waits up to `timeout` for an item, then pops it and up to maxItems - 1 more that are queued
+  // already, in a fixed number of round trips (a consumer draining a busy queue).
+  virtual Result<std::vector<Bytes>> queuePopMany(std::string_view key, std::size_t maxItems,
+                                                  std::chrono::milliseconds timeout) = 0;
   virtual Result<std::int64_t> queueLen(std::string_view key) = 0;
   virtual Result<std::vector<Bytes>> listKeys() = 0;
   // Counts this caller in at `key` and returns once `worldSize` callers have arrived.
