@@ -198,8 +198,7 @@ class TcpStore final : public Store {
       }
       // The first item and the length of the rest in one round trip, then the rest (pipelined
       // requests) in one more: a busy queue drains in three round trips, not two per item.
-      const std::array<Request, 2> firstAndLength{pop,
-                                                  Request{.op = Op::kQueueLen, .key = key}};
+      const std::array<Request, 2> firstAndLength{pop, Request{.op = Op::kQueueLen, .key = key}};
       std::int64_t left = 0;
       auto s = callAll(firstAndLength, what, deadline(), [&](auto dl) {
         auto rs = readPopped(dl);
