@@ -31,8 +31,9 @@ class RoundKeys {
   std::string job_;
 };
 
-// Keeper messages: "<verb> <round> <slot> <agentId>[ <payload>]", e.g. "join 3 0 host-a:1234 {...}".
-// A join carries the node's record as its payload, so the keeper reads nothing else per join.
+// Keeper messages: "<verb> <round> <slot> <agentId>[ <payload>]", e.g. "join 3 0 host-a:1234
+// {...}". A join carries the node's record as its payload, so the keeper reads nothing else per
+// join.
 struct KeeperMessage {
   std::string verb;  // join, hb, fail, done, leave, bye
   int round = 0;

@@ -176,8 +176,8 @@ class Keeper {
     const int slot = m.slot;
     const auto record = detail::decodeRecord(m.payload);
     if (!record) {
-      log::rdzv().warn("keeper of job '{}': round {} slot {} joined without a valid record",
-                       jobId_, round_, slot);
+      log::rdzv().warn("keeper of job '{}': round {} slot {} joined without a valid record", jobId_,
+                       round_, slot);
       return;
     }
     switch (phase_) {

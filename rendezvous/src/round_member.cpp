@@ -235,8 +235,7 @@ class StoreRoundMember final : public RoundMember {
                                               : "")
                           : "; " + last));
       }
-      const auto slice =
-          std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
+      const auto slice = std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
       const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
       if (s.isOk()) {
         return waiter_->get(key);
