@@ -1,0 +1,120 @@
+// dtrun::ddp: data-parallel training of a libtorch module over libdtrt, the C++ counterpart of
+// torch.nn.parallel.DistributedDataParallel and torch.utils.data.DistributedSampler (libtorch
+// 1.13 has neither in C++). Not thread-safe: one DistributedDataParallel is driven by the
+// training thread; it owns one communication thread of its own.
+//
+// Usage (every rank runs the same code, launched by dtrun or torchrun):
+//
+//   auto ctx = dtrun::runtime::init();
+//   auto group = dtrun::runtime::ProcessGroup::create(ctx);  // kTcp; kNccl for CUDA models
+//   auto model = std::make_shared<Net>();                    // same architecture everywhere
+//   dtrun::ddp::DistributedDataParallel ddp(*group, model);  // rank 0's parameters and buffers
+//   torch::optim::SGD opt(model->parameters(), 0.1);         //   are now on every rank
+//   dtrun::ddp::DistributedSampler sampler(n, ctx.rank, ctx.worldSize, /*seed=*/0);
+//   for (int epoch = 0; ...; ++epoch) {
+//     sampler.setEpoch(epoch);
+//     for (batch of sampler.indices()) {
+//       ddp.prepareForward();          // rank 0's buffers (BatchNorm statistics), as DDP does
+//       opt.zero_grad();
+//       model->forward(x) ... loss.backward();   // buckets are all-reduced while this runs
+//       ddp.synchronizeGradients();    // waits for the last bucket: grads are the mean
+//       opt.step();
+//     }
+//   }
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "dtrun/runtime.h"
+
+namespace dtrun::ddp {
+
+struct Options {
+  // Gradients are packed, in reverse parameter order (roughly the order backward produces
+  // them), into flat buckets of about this size; each bucket is one all_reduce.
+  std::size_t bucketBytes = std::size_t{25} << 20;
+  // Start a bucket's all_reduce from the autograd hooks as soon as its last gradient arrived,
+  // on a communication thread, while backward still runs. false: everything after backward.
+  bool overlap = true;
+  // Broadcast rank 0's buffers (BatchNorm running statistics) in prepareForward(), as DDP's
+  // broadcast_buffers=True does before each forward.
+  bool broadcastBuffers = true;
+};
+
+// Wraps `module` (shared with the caller, who keeps calling its forward()). The constructor is
+// collective over `group` (which must outlive this object): every rank constructs it with a
+// module of the same architecture; it broadcasts rank 0's parameters and buffers on `group` and
+// derives from it (newGroup) the group its communication thread all-reduces on. `group` stays
+// the caller's, for the training thread: the broadcasts in the constructor, prepareForward()
+// and broadcastState() use it there. All parameters must live on one device: the CPU with a
+// kTcp or kGloo group, or one GPU with a kNccl group.
+//
+// Gradient semantics: after backward() and synchronizeGradients(), each parameter's grad is the
+// mean over ranks of the gradient this backward pass produced, which is what DDP gives after
+// zero_grad(); gradients accumulated over several backward passes without zero_grad() are not
+// supported. A parameter that received no gradient contributes zeros (find_unused_parameters).
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(runtime::ProcessGroup& group, std::shared_ptr<torch::nn::Module> module,
+                          Options options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+  DistributedDataParallel(DistributedDataParallel&&) = delete;
+  DistributedDataParallel& operator=(DistributedDataParallel&&) = delete;
+
+  // Rank 0's buffers to every rank when options.broadcastBuffers and the module is training.
+  void prepareForward();
+  // Waits until every bucket is all-reduced and writes the means into the parameters' grads.
+  // Call once after each backward(). Throws runtime::CommError/TimeoutError from the group.
+  void synchronizeGradients();
+  // Rank 0's parameters and buffers to every rank (the constructor does this once).
+  void broadcastState();
+
+  [[nodiscard]] int rank() const;
+  [[nodiscard]] int size() const;
+  [[nodiscard]] std::size_t bucketCount() const;
+  // Seconds the training thread waited in synchronizeGradients() for communication, in total
+  // (the part of the all_reduce that backward did not hide).
+  [[nodiscard]] double exposedCommSeconds() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Indices of this rank's shard of a dataset of `datasetSize` samples, as DistributedSampler
+// computes them: a permutation seeded by seed + epoch (identical on every rank), padded by
+// repeating its head to a multiple of worldSize (or cut, with dropLast), then every
+// worldSize-th index starting at rank. Every rank gets the same number of samples, so every
+// rank runs the same number of steps (and collectives).
+class DistributedSampler {
+ public:
+  DistributedSampler(std::size_t datasetSize, int rank, int worldSize, std::uint64_t seed = 0,
+                     bool shuffle = true, bool dropLast = false);
+  void setEpoch(std::int64_t epoch) { epoch_ = epoch; }
+  [[nodiscard]] std::vector<std::int64_t> indices() const;
+  [[nodiscard]] std::size_t numSamples() const { return numSamples_; }  // per rank
+
+ private:
+  std::size_t datasetSize_;
+  int rank_;
+  int worldSize_;
+  std::uint64_t seed_;
+  bool shuffle_;
+  bool dropLast_;
+  std::int64_t epoch_ = 0;
+  std::size_t numSamples_;
+};
+
+// A libdtrt view of a contiguous tensor (float32/64, int32/64, uint8, float16, bfloat16; CPU or
+// CUDA). Throws std::invalid_argument for other dtypes or non-contiguous tensors.
+runtime::Buffer bufferOf(const torch::Tensor& tensor);
+
+}  // namespace dtrun::ddp
