@@ -995,6 +995,19 @@ int runCompare(Reporter& report) {
   if (!tcp || !gloo) {
     return 1;
   }
+  // A second world group of one backend in one process gets keys of its own and works beside
+  // the first (both used to bootstrap under one name and collided).
+  guarded(report, "compare second tcp world group", [&] {
+    const auto second = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+    Mem m(rt::DataType::kInt64, 3, false);
+    m.write(encodeAll(rt::DataType::kInt64, std::vector<double>(3, ctx.rank + 1)));
+    second->allReduce(m.buffer());
+    const double size = ctx.worldSize;
+    report.expect(
+        mismatch(rt::DataType::kInt64, m.read(), std::vector<double>(3, size * (size + 1) / 2), 0)
+            .empty(),
+        "compare second tcp world group", "all_reduce on the second group is wrong");
+  });
   const int n = ctx.worldSize;
   const auto un = static_cast<std::size_t>(n);
   // Runs `op` on a copy of the inputs through both groups and compares the outputs.

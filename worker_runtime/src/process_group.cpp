@@ -34,7 +34,9 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const Context& context, Backe
                                          "toolkit or NCCL was found at build time)");
   detail::CommunicatorConfig config;
   config.store = context.store;
-  config.groupName = std::string("dtrt/") + backendName(backend) + "/world";
+  // Every rank creates its world groups in the same order, so the count names them alike.
+  config.groupName = std::string("dtrt/") + backendName(backend) + "/world" +
+                     std::to_string(context.worldGroupsCreated->fetch_add(1));
   config.rank = context.rank;
   config.size = context.worldSize;
   for (int r = 0; r < context.worldSize; ++r) {

@@ -7,6 +7,7 @@
 // hanging: TimeoutError or CommError, whose message names the operation and the peer ranks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -128,6 +129,9 @@ struct Context {
       storePrefix;  // "/worker/attempt_<restartCount>": keys of earlier attempts are never read
   std::chrono::milliseconds timeout{300000};
   std::shared_ptr<StoreHandle> store;  // connected, with storePrefix applied
+  // World groups created from this context (and its copies) so far: each gets its own store
+  // keys, so a program may hold several groups of one backend (e.g. one per DDP bucket stream).
+  std::shared_ptr<std::atomic<int>> worldGroupsCreated = std::make_shared<std::atomic<int>>(0);
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
