@@ -13,10 +13,11 @@
 // interferes; none is sent anyway). Every node must get a distinct node rank in 0..N-1 and world
 // size N (nproc 1 per node), or the program exits 1.
 //
-// Store operations are counted per node thread: this program interposes libc's send(), which
-// the dtrun client calls once per request (the server uses sendmsg, which is not counted), so
-// "ops/node" is the requests one node sent during join(), connect's shown apart. The keeper's
-// own operations (O(1) per node, on its own thread) are not in these figures.
+// Store round trips are counted per node thread: this program interposes libc's send(), which
+// the dtrun client calls once per write (pipelined requests, e.g. try_get's CHECK+GET, share one;
+// the server uses sendmsg, which is not counted), so "ops/node" is the round trips one node made
+// during join(), connect's shown apart. The keeper's own round trips (a few per batch of joins,
+// on its own thread) are not in these figures.
 //
 // Output: one key=value line per run on stdout (for bench/rendezvous/run.sh), then a table:
 //
@@ -476,7 +477,7 @@ int runMain(int argc, char** argv) {
   }
   std::printf(
       "\nclose time = first join() started -> last node has its assignment (median of %d run(s));\n"
-      "store ops/node = requests one node sent during join(); connect = RoundMember::connect\n"
+      "store ops/node = round trips one node made during join(); connect = RoundMember::connect\n"
       "(two connections with their handshakes, the settings, the keeper request).\n",
       options.repeats);
   static_cast<void>(std::fflush(stdout));

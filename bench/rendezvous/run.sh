@@ -18,7 +18,8 @@
 # Usage: bench/rendezvous/run.sh
 # Environment:
 #   DTRUN_NODES="8 64 512"  REPEATS=3   sizes for rdzv_bench and runs per size (medians)
-#   BIG_NODES=4096          one run each, bounded by BIG_TIMEOUT=60 s ("" skips)
+#   BIG_NODES=4096          BIG_REPEATS=3 runs each (median), each bounded by BIG_TIMEOUT=60 s
+#                           ("" skips)
 #   TORCH_NODES="8 64"      sizes for torch's c10d rendezvous, each bounded by TORCH_TIMEOUT=40 s;
 #                           larger sizes stop at the first that does not finish (256 threads did
 #                           not finish within 100 s on 2 cores, so 512 is not tried by default)
@@ -32,6 +33,7 @@ dtrun_nodes=${DTRUN_NODES:-8 64 512}
 repeats=${REPEATS:-3}
 big_nodes=${BIG_NODES-4096}
 big_timeout=${BIG_TIMEOUT:-60}
+big_repeats=${BIG_REPEATS:-3}
 torch_nodes=${TORCH_NODES:-8 64}
 torch_timeout=${TORCH_TIMEOUT:-40}
 agent_repeats=${AGENT_REPEATS:-5}
@@ -104,7 +106,7 @@ run_rdzv_bench() {  # run_rdzv_bench TIMEOUT_S REPEATS NODES...
 run_rdzv_bench 30 "$repeats" $dtrun_nodes
 echo "  dtrun {$dtrun_nodes} done ($(($(date +%s) - started)) s)" >&2
 for n in $big_nodes; do
-  run_rdzv_bench "$big_timeout" 1 "$n"
+  run_rdzv_bench "$big_timeout" "$big_repeats" "$n"
   echo "  dtrun $n done ($(($(date +%s) - started)) s)" >&2
 done
 
@@ -203,7 +205,7 @@ cell() {  # cell IMPL N: median close time, or what happened instead
 
 echo
 echo "close time: first join -> every node has its assignment, ms (dtrun: median of $repeats run(s)" \
-  "for {$dtrun_nodes}, 1 run for {$big_nodes}; torch: 1 run)"
+  "for {$dtrun_nodes}, $big_repeats for {$big_nodes}; torch: 1 run)"
 printf '%8s | %16s | %12s | %18s | %10s\n' nodes "dtrun close (ms)" "ops/node" \
   "torch c10d (ms)" "ratio"
 printf '%s\n' "---------+------------------+--------------+--------------------+-----------"
@@ -226,8 +228,8 @@ printf '  median %s ms of %d run(s) [%s] (target < 100 ms)\n' "$agent_median" \
   "${#agent_ms[@]}" "${agent_ms[*]}"
 cat <<'EOF'
 
-ops/node = store requests one dtrun node sent during join() (counted by rdzv_bench); the keeper's
-           own requests are not included. torch's c10d handler polls the whole rendezvous state
+ops/node = store round trips one dtrun node made during join() (counted by rdzv_bench); the
+           keeper's own are not included. torch's c10d handler polls the whole rendezvous state
            with compare_set/get and sleeps 1 s between polls (plus 0..0.3 s before a first round),
            so its close time is seconds by design.
 ratio    = torch c10d / dtrun. Both sides simulate nodes as threads of one process on this

@@ -63,7 +63,13 @@ class StoreRoundMember final : public RoundMember {
   Result<JoinOutcome> join(const std::atomic<bool>& cancel,
                            const std::function<void(const std::string&)>& progress) override {
     const auto deadline = Clock::now() + settings_.joinTimeout;
-    auto roundText = waitAndGet(keys_.round(), deadline, cancel, progress, -1);
+    // The keeper publishes the round key once, before anyone joins: usually one read is enough.
+    auto present = waiter_->tryGet(keys_.round());
+    if (!present.isOk()) {
+      return present.status();
+    }
+    auto roundText = present.value() ? Result<Bytes>(std::move(*present.value()))
+                                     : waitAndGet(keys_.round(), deadline, cancel, progress, -1);
     if (!roundText.isOk()) {
       return roundText.status();
     }
@@ -238,7 +244,14 @@ class StoreRoundMember final : public RoundMember {
       const auto slice = std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
       const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
       if (s.isOk()) {
-        return waiter_->get(key);
+        auto value = waiter_->tryGet(key);
+        if (!value.isOk()) {
+          return value.status();
+        }
+        if (value.value()) {
+          return std::move(*value.value());
+        }
+        continue;  // deleted between the wait and the read: wait again
       }
       if (s.code() != Errc::kTimeout) {
         return s;

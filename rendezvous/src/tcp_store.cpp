@@ -94,6 +94,22 @@ class TcpStore final : public Store {
     return reply == detail::kCheckReady;
   }
 
+  Result<std::optional<Bytes>> tryGet(std::string_view key) override {
+    // CHECK and GET pipelined: GET alone cannot tell an absent key from an empty value.
+    const std::array<Request, 2> checkAndGet{Request{.op = Op::kCheck, .keys = {key}},
+                                             Request{.op = Op::kGet, .key = key}};
+    char present = 0;
+    Bytes value;
+    auto s = callAll(checkAndGet, "try_get(" + std::string(key) + ")", deadline(), [&](auto dl) {
+      auto rs = readByte(present, dl);
+      return rs.isOk() ? readBytes(value, dl) : rs;
+    });
+    if (!s.isOk()) {
+      return s;
+    }
+    return present == detail::kCheckReady ? std::optional<Bytes>(std::move(value)) : std::nullopt;
+  }
+
   Status wait(std::span<const std::string> keys, milliseconds timeout) override {
     Request r{.op = Op::kWait, .keys = views(keys)};
     return waitForStop(r, "wait(" + describeKeys(keys) + ")", timeout);

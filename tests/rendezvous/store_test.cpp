@@ -120,6 +120,17 @@ TEST_CASE("a blocking queue pop waits for a push", "[integration][rdzv]") {
   CHECK(item.value() == "job-1");
 }
 
+TEST_CASE("try_get tells an absent key from an empty value without waiting",
+          "[integration][rdzv]") {
+  auto server = startServer();
+  auto store = connect(server->port());
+  CHECK_FALSE(store->tryGet("absent").value().has_value());
+  REQUIRE(store->set("empty", "").isOk());
+  REQUIRE(store->set("full", "v").isOk());
+  CHECK(store->tryGet("empty").value() == std::optional<std::string>(""));
+  CHECK(store->tryGet("full").value() == std::optional<std::string>("v"));
+}
+
 TEST_CASE("a batch pop drains what is queued, in order, and waits only for the first item",
           "[integration][rdzv]") {
   auto server = startServer();

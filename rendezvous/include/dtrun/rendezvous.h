@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -73,6 +74,8 @@ class Store {
   virtual Status set(std::string_view key, std::string_view value) = 0;
   // Waits until the key exists (up to the store timeout), then returns its value.
   virtual Result<Bytes> get(std::string_view key) = 0;
+  // The value if `key` is present now, nullopt if not: one round trip, never waits.
+  virtual Result<std::optional<Bytes>> tryGet(std::string_view key) = 0;
   virtual Result<std::int64_t> add(std::string_view key, std::int64_t delta) = 0;
   // Returns what is stored afterwards (with upstream's quirk: `expected` when the key is missing
   // and `expected` is not empty).
