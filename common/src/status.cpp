@@ -22,6 +22,8 @@ std::string_view errcName(Errc code) {
       return "system error";
     case Errc::kCancelled:
       return "cancelled";
+    case Errc::kDenied:
+      return "denied";
   }
   return "unknown error";
 }

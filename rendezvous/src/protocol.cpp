@@ -125,6 +125,9 @@ bool readKeyList(FieldReader& reader, std::vector<std::string_view>& keys) {
 
 bool readFields(FieldReader& reader, Request& out) {
   switch (out.op) {
+    case Op::kAuthChallenge:
+    case Op::kAuthProof:
+      return reader.bytes(out.proof, kAuthFieldMax, "handshake field");
     case Op::kValidate:
     case Op::kPing:
       return reader.u32(out.word);
@@ -217,6 +220,10 @@ std::string_view opName(Op op) {
       return "LIST_KEYS";
     case Op::kBarrier:
       return "BARRIER";
+    case Op::kAuthChallenge:
+      return "AUTH_CHALLENGE";
+    case Op::kAuthProof:
+      return "AUTH_PROOF";
   }
   return "UNKNOWN";
 }
@@ -231,6 +238,12 @@ std::optional<Op> opFromWire(Dialect dialect, std::uint8_t byte) {
   if (byte < kV2Table.size()) {
     return kV2Table[byte];
   }
+  if (byte == kAuthChallengeOpcode) {
+    return Op::kAuthChallenge;
+  }
+  if (byte == kAuthProofOpcode) {
+    return Op::kAuthProof;
+  }
   return std::nullopt;
 }
 
@@ -243,7 +256,16 @@ std::optional<std::uint8_t> wireFromOp(Dialect dialect, Op op) {
     }
     return std::nullopt;
   };
-  return dialect == Dialect::kLegacy ? find(kLegacyTable) : find(kV2Table);
+  if (dialect == Dialect::kLegacy) {
+    return find(kLegacyTable);
+  }
+  if (op == Op::kAuthChallenge) {
+    return kAuthChallengeOpcode;
+  }
+  if (op == Op::kAuthProof) {
+    return kAuthProofOpcode;
+  }
+  return find(kV2Table);
 }
 
 ParseOutcome parseRequest(Dialect dialect, std::string_view input, const Limits& limits,
@@ -360,6 +382,10 @@ bool encodeRequest(Dialect dialect, const Request& request, std::string& out) {
     case Op::kBarrier:
       appendBytes(out, request.key);
       appendI64(out, request.integer);
+      break;
+    case Op::kAuthChallenge:
+    case Op::kAuthProof:
+      appendBytes(out, request.proof);
       break;
     case Op::kCheck:
     case Op::kWait:

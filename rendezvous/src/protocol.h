@@ -40,7 +40,15 @@ enum class Op : std::uint8_t {
   kQueueLen,
   kListKeys,
   kBarrier,
+  // dtrun's own, torch >= 2.2 dialect only, at opcodes far from torch's: the token handshake.
+  kAuthChallenge,  // client nonce -> server nonce
+  kAuthProof,      // HMAC(token, nonces) -> kAuthAccepted (or the connection closes)
 };
+
+// Wire opcodes of the handshake operations (not in torch's table).
+constexpr std::uint8_t kAuthChallengeOpcode = 0xA0;
+constexpr std::uint8_t kAuthProofOpcode = 0xA1;
+constexpr std::size_t kAuthFieldMax = 64;  // nonces and proofs are 32 bytes
 
 std::string_view opName(Op op);
 std::optional<Op> opFromWire(Dialect dialect, std::uint8_t byte);
@@ -52,6 +60,8 @@ constexpr char kStopWaiting = 0x00;
 constexpr char kWaitCanceled = 0x01;
 constexpr char kCheckReady = 0x00;
 constexpr char kCheckNotReady = 0x01;
+constexpr char kAuthAccepted = 0x00;
+constexpr char kAuthRefused = 0x01;
 // WATCH_KEY (legacy dialect): registration reply and event types.
 enum class WatchEvent : std::uint8_t { kUpdated = 0, kCreated = 1, kDeleted = 2, kRegistered = 3 };
 
@@ -71,6 +81,7 @@ struct Request {
   std::string_view desired;              // COMPARE_SET
   std::int64_t integer = 0;              // ADD delta, BARRIER world size
   std::uint32_t word = 0;                // VALIDATE magic, PING nonce
+  std::string_view proof;                // AUTH_CHALLENGE client nonce, AUTH_PROOF MAC
   std::vector<std::string_view> keys;    // CHECK, WAIT, MULTI_GET, MULTI_SET
   std::vector<std::string_view> values;  // MULTI_SET
 };

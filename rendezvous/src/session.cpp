@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include <boost/asio/write.hpp>
 
 #include "log.h"
+#include "store_auth.h"
 
 namespace dtrun::rdzv::detail {
 namespace asio = boost::asio;
@@ -14,17 +16,18 @@ using boost::system::error_code;
 namespace {
 constexpr std::size_t kInitialBuffer = 4096;
 
-std::string describePeer(const asio::ip::tcp::socket& socket) {
+// "address:port" and the address alone ("" if the socket has no peer any more).
+std::pair<std::string, std::string> describePeer(const asio::ip::tcp::socket& socket) {
   error_code ec;
   const auto endpoint = socket.remote_endpoint(ec);
   if (ec) {
-    return "unknown peer";
+    return {"unknown peer", ""};
   }
   auto address = endpoint.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
     address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
   }
-  return address.to_string() + ":" + std::to_string(endpoint.port());
+  return {address.to_string() + ":" + std::to_string(endpoint.port()), address.to_string()};
 }
 }  // namespace
 
@@ -64,7 +67,8 @@ void ServerCore::onWatchEvent(ClientId client, std::string_view event) {
 }
 
 Session::Session(asio::ip::tcp::socket socket, ClientId id, ServerCore& core)
-    : socket_(std::move(socket)), id_(id), core_(core), peer_(describePeer(socket_)) {
+    : socket_(std::move(socket)), id_(id), core_(core) {
+  std::tie(peer_, peerHost_) = describePeer(socket_);
   in_.resize(kInitialBuffer);
 }
 
@@ -163,11 +167,68 @@ bool Session::processInput() {
   return true;
 }
 
+bool Session::admitted() {
+  if (authenticated_ || core_.token().empty()) {
+    return true;
+  }
+  if (!peerHost_.empty() && core_.hostAdmitted(peerHost_)) {
+    authenticated_ = true;  // a host of the job: its PyTorch clients cannot prove the token
+    return true;
+  }
+  return false;
+}
+
+bool Session::authenticate(const Request& request) {
+  if (core_.token().empty()) {
+    close(
+        "sent a token handshake, but this store has no token: remove DTRUN_STORE_TOKEN "
+        "(or --rdzv_conf token) on the client, or give the store the same token",
+        true);
+    return false;
+  }
+  if (request.op == Op::kAuthChallenge) {
+    clientNonce_ = std::string(request.proof);
+    serverNonce_ = randomNonce();
+    std::string reply;
+    appendBytes(reply, serverNonce_);
+    send(reply);
+    return true;
+  }
+  if (serverNonce_.empty() ||
+      !proofMatches(request.proof, core_.token(), serverNonce_, clientNonce_)) {
+    send(std::string(1, kAuthRefused));
+    flush();
+    close(
+        "refused: wrong store token (the client's DTRUN_STORE_TOKEN or --rdzv_conf token "
+        "differs from the store's)",
+        true);
+    return false;
+  }
+  serverNonce_.clear();  // one proof per challenge: a replay needs a nonce that is gone
+  authenticated_ = true;
+  core_.admitHost(peerHost_);
+  send(std::string(1, kAuthAccepted));
+  return true;
+}
+
 bool Session::dispatch(const Request& request) {
+  const bool handshake = request.op == Op::kValidate || request.op == Op::kPing ||
+                         request.op == Op::kAuthChallenge || request.op == Op::kAuthProof;
+  if (!handshake && !admitted()) {
+    close("refused " + std::string(opName(request.op)) +
+              ": this store requires a token and the client did not prove it (dtrun clients: set "
+              "DTRUN_STORE_TOKEN or --rdzv_conf token; PyTorch clients are served only from hosts "
+              "whose dtrun agent joined with the token)",
+          true);
+    return false;
+  }
   KvState& kv = core_.kv();
   std::string& reply = scratch_;
   reply.clear();
   switch (request.op) {
+    case Op::kAuthChallenge:
+    case Op::kAuthProof:
+      return authenticate(request);
     case Op::kValidate:
       if (request.word != kValidationMagic) {
         close("VALIDATE with a wrong magic number", true);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange under C++20
 #include <vector>
 
@@ -21,9 +22,17 @@ class Session;
 // the KvState's notifications to the right connection. Event-loop thread only.
 class ServerCore final : public KvListener {
  public:
-  explicit ServerCore(const Limits& limits) : limits_(limits), kv_(*this) {}
+  ServerCore(const Limits& limits, std::string token)
+      : limits_(limits), token_(std::move(token)), kv_(*this) {}
 
   [[nodiscard]] const Limits& limits() const { return limits_; }
+  // "" = no token: every client is served, as by torch's TCPStore.
+  [[nodiscard]] const std::string& token() const { return token_; }
+  // Hosts that proved the token: clients that cannot (PyTorch's) are served from these only.
+  void admitHost(const std::string& address) { admittedHosts_.insert(address); }
+  [[nodiscard]] bool hostAdmitted(const std::string& address) const {
+    return admittedHosts_.count(address) != 0;
+  }
   KvState& kv() { return kv_; }
 
   void add(const std::shared_ptr<Session>& session);
@@ -36,6 +45,8 @@ class ServerCore final : public KvListener {
 
  private:
   const Limits limits_;
+  const std::string token_;
+  std::unordered_set<std::string> admittedHosts_;
   KvState kv_;
   // Raw pointers: a session removes itself here when it closes, before it can be destroyed.
   std::unordered_map<ClientId, Session*> sessions_;
@@ -64,12 +75,19 @@ class Session : public std::enable_shared_from_this<Session> {
   bool processInput();
   // False (after closing) if the request is refused.
   bool dispatch(const Request& request);
+  // With a token set: the handshake's two steps, and whether anything else may be served yet.
+  bool authenticate(const Request& request);
+  bool admitted();
   void flush();
 
   boost::asio::ip::tcp::socket socket_;
   const ClientId id_;
   ServerCore& core_;  // owned by the server, which closes every session before destroying it
   std::string peer_;
+  std::string peerHost_;     // the address alone, for the admitted-hosts check
+  std::string serverNonce_;  // sent in answer to AUTH_CHALLENGE
+  std::string clientNonce_;
+  bool authenticated_ = false;
   std::optional<Dialect> dialect_;
   std::vector<char> in_;
   std::size_t inSize_ = 0;

@@ -60,9 +60,10 @@ Status openAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, bool
 class AsioStoreServer final : public StoreServer {
  public:
   explicit AsioStoreServer(const ServerOptions& options)
-      : core_(detail::Limits{options.maxKeyLength, options.maxValueLength,
-                             options.maxKeysPerRequest,
-                             std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)}),
+      : core_(
+            detail::Limits{options.maxKeyLength, options.maxValueLength, options.maxKeysPerRequest,
+                           std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)},
+            options.token),
         acceptor_(io_),
         retryTimer_(io_) {}
 

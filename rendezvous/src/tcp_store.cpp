@@ -16,6 +16,7 @@
 #include "dtrun/rendezvous.h"
 
 #include "protocol.h"
+#include "store_auth.h"
 
 namespace dtrun::rdzv {
 namespace {
@@ -292,7 +293,7 @@ class TcpStore final : public Store {
     do {
       ++attempts;
       last = connectOnce(until);
-      if (last.isOk()) {
+      if (last.isOk() || last.code() == Errc::kDenied) {
         return last;
       }
       const auto pause = std::min<std::int64_t>(backoff.nextDelay().count(), remainingMs(until));
@@ -376,6 +377,38 @@ class TcpStore final : public Store {
       return Status::protocol("connect(" + peer_ + "): handshake ping echoed " +
                               std::to_string(echo) + " instead of " + std::to_string(nonce) +
                               "; is this a TCPStore server?");
+    }
+    return options_.token.empty() ? Status::ok() : proveToken(until);
+  }
+
+  // The store sends a fresh nonce; the proof covers it and ours (see store_auth.h).
+  Status proveToken(Clock::time_point until) {
+    const std::string what = "connect(" + peer_ + "): token handshake";
+    const std::string clientNonce = detail::randomNonce();
+    std::string out;
+    static_cast<void>(detail::encodeRequest(
+        dialect_, Request{.op = Op::kAuthChallenge, .proof = clientNonce}, out));
+    Bytes serverNonce;
+    if (auto s = writeAll(out, until); !s.isOk()) {
+      return s.withContext(what);
+    }
+    if (auto s = readBytes(serverNonce, until); !s.isOk()) {
+      return s.withContext(what + " (a store without a token, or not a dtrun store, closes here)");
+    }
+    out.clear();
+    const std::string proof = detail::tokenProof(options_.token, serverNonce, clientNonce);
+    static_cast<void>(
+        detail::encodeRequest(dialect_, Request{.op = Op::kAuthProof, .proof = proof}, out));
+    char verdict = detail::kAuthRefused;
+    if (auto s = writeAll(out, until); !s.isOk()) {
+      return s.withContext(what);
+    }
+    const auto s = readByte(verdict, until);
+    if (!s.isOk() || verdict != detail::kAuthAccepted) {
+      return Status::error(Errc::kDenied,
+                           what +
+                               ": the store refused our token: DTRUN_STORE_TOKEN (or "
+                               "--rdzv_conf token) must match the store's");
     }
     return Status::ok();
   }

@@ -22,6 +22,7 @@ enum class Errc : std::uint8_t {
   kInvalidArgument,
   kSystem,
   kCancelled,
+  kDenied,  // the peer refused us (e.g. a wrong store token): retrying cannot help
 };
 
 std::string_view errcName(Errc code);

@@ -24,6 +24,10 @@ struct ServerOptions {
   std::size_t maxKeyLength = std::size_t{8} * 1024;
   std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
   std::size_t maxKeysPerRequest = std::size_t{128} * 1024;
+  // Non-empty: a client must prove it (a challenge-response over HMAC-SHA256, the token never
+  // travels), except clients from a host where one already did: PyTorch's clients cannot, and are
+  // served from the job's hosts only.
+  std::string token;
 };
 
 // Serves the store on a background thread until destroyed (or stop()).
@@ -56,6 +60,8 @@ struct ClientOptions {
   // does not take its own timeout.
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   Dialect dialect = Dialect::kV2;
+  // The store's token ("" = none); kV2 only. A wrong one fails connect with a clear error.
+  std::string token;
 };
 
 using Bytes = std::string;
