@@ -677,6 +677,14 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   }
   config.signalsToHandle = std::move(*signals);
   config.signalsToHandleText = signalsSetting.text;
+  // Preemption warnings (SIGUSR1/SIGUSR2, e.g. sbatch --signal=USR1@120) go to the workers and
+  // the job goes on, unless --signals_to_handle makes them stop signals as torchrun would.
+  for (const int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(config.signalsToHandle.begin(), config.signalsToHandle.end(), sig) ==
+        config.signalsToHandle.end()) {
+      config.signalsToForward.push_back(sig);
+    }
+  }
   return Status::ok();
 }
 
@@ -852,6 +860,9 @@ int runLaunch(const RawOptions& raw) {
   sigset_t handled;
   sigemptyset(&handled);
   for (const int signal : plan.config.signalsToHandle) {
+    sigaddset(&handled, signal);
+  }
+  for (const int signal : plan.config.signalsToForward) {
     sigaddset(&handled, signal);
   }
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
@@ -1424,6 +1435,12 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("redirects", streamsText(config.redirects));
   row("tee", streamsText(config.tee));
   row("signals_to_handle", config.signalsToHandleText);
+  std::string forwarded;
+  for (const int sig : config.signalsToForward) {
+    forwarded +=
+        (forwarded.empty() ? "" : ",") + std::string(sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+  }
+  row("signals_forwarded", forwarded.empty() ? "(none)" : forwarded + " (the job keeps running)");
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
   return text;

@@ -1,8 +1,9 @@
 // validate() inside SLURM- and PBS-shaped environments: what the allocation supplies, what the
 // user's flags override, and the launches it refuses.
+#include <csignal>
 #include <optional>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -248,4 +249,19 @@ TEST_CASE("bad PBS facts are refused naming PBS_NODEFILE", "[unit][launcher][sch
   // Explicit flags do not make a malformed allocation acceptable; --scheduler none does.
   CHECK(planOk({"--scheduler=none", "--nnodes=2", "--node_rank=1", "--master_addr=a", "x.py"}, host)
             .config.multiNode->nodeRank == 1);
+}
+
+TEST_CASE("preemption signals are forwarded unless --signals_to_handle makes them stop signals",
+          "[unit][launcher][scheduler]") {
+  const launcher::HostFacts host;
+  const auto p = planOk({"x.py"}, host);
+  CHECK(p.config.signalsToForward == std::vector<int>{SIGUSR1, SIGUSR2});
+  CHECK(contains(launcher::launchBanner(p),
+                 "signals_forwarded   : SIGUSR1,SIGUSR2 (the job keeps running)"));
+  const auto q = planOk({"--signals_to_handle=SIGTERM,SIGUSR1", "x.py"}, host);
+  CHECK(q.config.signalsToHandle == std::vector<int>{SIGTERM, SIGUSR1});
+  CHECK(q.config.signalsToForward == std::vector<int>{SIGUSR2});
+  const auto r = planOk({"--signals_to_handle=SIGUSR2,SIGUSR1", "x.py"}, host);
+  CHECK(r.config.signalsToForward.empty());
+  CHECK(contains(launcher::launchBanner(r), "signals_forwarded   : (none)"));
 }
