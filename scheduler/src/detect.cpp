@@ -189,7 +189,8 @@ Result<Allocation> detectPbs(const Env& env, const JobEnvironment& job) {
       end = text->size();
     }
     ++lineNumber;
-    std::string_view line = std::string_view(*text).substr(start, end - start);
+    std::string_view line{*text};
+    line = line.substr(start, end - start);
     start = end + 1;
     const auto first = line.find_first_not_of(" \t\r");
     if (first == std::string_view::npos) {

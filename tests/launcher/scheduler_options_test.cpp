@@ -55,6 +55,7 @@ dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
   std::vector<std::string> argv = {"dtrun"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<const char*> pointers;
+  pointers.reserve(argv.size());
   for (const std::string& arg : argv) {
     pointers.push_back(arg.c_str());
   }
@@ -74,7 +75,7 @@ std::string errorOf(const std::vector<std::string>& args, const launcher::HostFa
   auto result = plan(args, host);
   REQUIRE_FALSE(result.isOk());
   CHECK(result.status().code() == dtrun::Errc::kInvalidArgument);  // dtrun exits 2
-  const std::string message = result.status().message();
+  std::string message = result.status().message();
   CHECK(message.find('\n') == std::string::npos);
   return message;
 }

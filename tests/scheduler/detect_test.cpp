@@ -50,7 +50,7 @@ sched::Allocation detected(const sched::JobEnvironment& job,
 std::string errorOf(const sched::JobEnvironment& job, sched::Mode mode = sched::Mode::kAuto) {
   auto found = sched::detect(mode, job);
   REQUIRE_FALSE(found.isOk());
-  const std::string message = found.status().message();
+  std::string message = found.status().message();
   CHECK(message.find('\n') == std::string::npos);  // one line
   return message;
 }
