@@ -1244,8 +1244,10 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
       return multi.status();
     }
     config.multiNode = multi.value();
-    if (job && static_cast<int>(job->hosts.size()) == plan.maxNodes) {
-      config.multiNode->schedulerOrder = job->nodeIndex;  // the rendezvous orders nodes by it
+    if (job) {
+      // The keeper orders nodes by it (after explicit ranks and the store's host), also in an
+      // elastic job that may grow beyond the allocation: its nodes then come first, in order.
+      config.multiNode->schedulerOrder = job->nodeIndex;
     }
   }
 

@@ -132,7 +132,8 @@ Result<Allocation> detectSlurm(const Env& env) {
   }
 
   // Outside a step SLURM_TASKS_PER_NODE is the job's reservation, which says nothing about how
-  // many dtrun processes run here.
+  // many dtrun processes run here. SLURM_NTASKS_PER_NODE is not read at all: srun inherits it
+  // from sbatch's options even when the step itself runs one task per node.
   if (a.inStep) {
     if (const auto tasks = env.first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
       auto counts = expandCounts(tasks->second);

@@ -161,6 +161,12 @@ TEST_CASE("with c10d flags the allocation supplies only the node count, order an
   CHECK(p.config.multiNode->nodeRank == -1);  // c10d assigns ranks; the scheduler's order hints
   CHECK(p.config.multiNode->schedulerOrder == 1);
   CHECK_FALSE(contains(p.scheduler, "master_addr"));
+  // An elastic range beyond the allocation keeps the allocation's order as the hint.
+  const auto q = planOk({"--nnodes=1:4", "--rdzv_backend=c10d", "--rdzv_endpoint=node1", "x.py"},
+                        slurmHost(1));
+  CHECK(q.maxNodes == 4);
+  CHECK(q.config.multiNode->schedulerOrder == 1);
+  CHECK(contains(q.scheduler, "given explicitly: --nnodes"));
 }
 
 TEST_CASE("a one-node allocation is a single-node launch", "[unit][launcher][scheduler]") {
