@@ -6,7 +6,8 @@
 #    --ntasks-per-node=1 dtrun --nproc_per_node=2 <worker>`: world size 4, node rank = SLURM_NODEID
 #    (node rank 0 on the first host of the node list), ranks in that order, MASTER_ADDR that host.
 # 3. rank 3 fails with 7: srun exits 7, the sbatch job FAILED with ExitCode 7:0, reports name rank 3.
-# 4. scancel of a running job: no process of the job is left and no port stays bound on any node.
+# 4. multi_node_elastic.sbatch: rank 3 fails twice; both nodes restart and attempt 2 completes.
+# 5. scancel of a running job: no process of the job is left and no port stays bound on any node.
 # Prints how long the cluster's start, each case and the teardown took. Needs root, iproute2 and
 # Debian's package registry the first time (the cluster script installs its packages); prints
 # SKIP without root. Every client runs in a namespace; the cluster is torn down on exit.
@@ -74,7 +75,7 @@ batch() {
 # check_world <label> <first host> <second host> <log dir>: the 4 workers' ENV lines.
 check_world() {
   local label=$1 first=$2 second=$3 lines
-  lines=$(find "$4" -path '*/attempt_0/*/stdout.log' -exec cat {} + 2>/dev/null | grep '^ENV ' || true)
+  lines=$(find "$4" -path '*/attempt_0*/stdout.log' -exec cat {} + 2>/dev/null | grep '^ENV ' || true)
   local got=()
   mapfile -t got < <(sed -E 's/.* RANK=([0-9]+) LOCAL_RANK=([0-9]+) WORLD_SIZE=([0-9]+) .* GROUP_RANK=([0-9]+) GROUP_WORLD_SIZE=([0-9]+) .* MASTER_ADDR=([^ ]*) .* HOST=([^ ]*)$/\7 \4 \1 \2 \3 \5 \6/' <<<"$lines" | sort -k3n)
   # host, node rank, rank, local rank, world size, node count, master
@@ -133,7 +134,20 @@ else
 fi
 echo "slurm_test: (failure cases: $(($(now_ms) - t)) ms)"
 
-# 4. scancel of a running job (workers wait for a file that never comes).
+# 4. The elastic example (c10d on the first node, up to 3 restarts): rank 3 fails in attempts 0
+#    and 1, every node restarts twice, and the job completes.
+t=$(now_ms)
+PET_LOG_DIR=$work/logs/elastic batch elastic -N2 "$ROOT/scripts/slurm/multi_node_elastic.sbatch" "$WORKER" fail 3 2
+third=$(find "$work/logs/elastic" -path '*/attempt_2*/stdout.log' -exec cat {} + 2>/dev/null | grep -c '^ENV .* WORLD_SIZE=4 ' || true)
+if [[ $state == COMPLETED && $third -eq 4 ]]; then
+  echo "slurm_test: multi_node_elastic.sbatch: rank 3 failed twice, both nodes restarted, attempt 2 (world size 4) completed"
+else
+  note_fail "elastic: job $job $state, ExitCode '$exit_code', $third of 4 workers in attempt 2 (expected COMPLETED, 4)"
+  tail -n 15 "$work/elastic-$job.out" 2>/dev/null | sed 's/^/    | /' >&2
+fi
+echo "slurm_test: (elastic case: $(($(now_ms) - t)) ms)"
+
+# 5. scancel of a running job (workers wait for a file that never comes).
 t=$(now_ms)
 job_procs() { grep -lzxF "$mark" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ' || true; }
 # slurmstepd carries the cluster's mark (from slurmd); the daemons and slurmctld's helper stay.
@@ -163,7 +177,12 @@ done
 if ((started < 4)); then
   note_fail "scancel: only $started of 4 workers started"
 else
-  before="$(job_procs)"
+  # The checks below see the running job: its processes, its slurmstepd, its store's port.
+  before=$(job_procs)
+  steps_before=$(step_procs)
+  ports_before=$(bound_ports)
+  [[ -n $steps_before && -n $ports_before ]] ||
+    note_fail "scancel: the running job shows no slurmstepd ('$steps_before') or no bound port ('$ports_before')"
   t_cancel=$(now_ms)
   slurm scancel "$job"
   left="x"
@@ -173,7 +192,8 @@ else
     sleep 0.1
   done
   if [[ -z $left ]]; then
-    echo "slurm_test: scancel of job $job: its $(wc -w <<<"$before") processes ended and no port is bound, after $(($(now_ms) - t_cancel)) ms"
+    echo "slurm_test: scancel of job $job: its $(wc -w <<<"$before") processes, $(wc -w <<<"$steps_before") slurmstepd" \
+      "and ports $ports_before are gone after $(($(now_ms) - t_cancel)) ms"
   else
     note_fail "scancel: left behind 20 s later: $left"
     ps -o pid,ppid,stat,args -p "$(tr -cs '0-9' ',' <<<"$left" | sed 's/^,//; s/,$//')" 2>/dev/null | sed 's/^/    | /' >&2 || true
