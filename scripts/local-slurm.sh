@@ -27,6 +27,7 @@ conf=$dir/etc/slurm.conf
 sock=$dir/munge/munge.socket
 
 die() { echo "local-slurm: $*" >&2; exit 1; }
+bad_setting() { echo "local-slurm: $*" >&2; exit 2; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 settings() { printf 'prefix=%s\nsubnet=%s\nnodes=%s\ncpus=%s\n' "$prefix" "$subnet" "$nodes" "$cpus"; }
 # The running cluster's settings win over the environment's (down and exec must find it again).
@@ -171,11 +172,11 @@ wait_for() {
 }
 
 cmd_up() {
-  [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "DTRUN_SLURM_NETNS='$prefix': use 1-8 of a-z0-9, starting with a letter"
-  [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "DTRUN_SLURM_SUBNET='$subnet': use three octets, e.g. 10.215.0"
-  [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 50)) || die "DTRUN_SLURM_NODES='$nodes': use 1..50"
-  [[ $cpus =~ ^[0-9]+$ ]] && ((cpus >= 1)) || die "DTRUN_SLURM_CPUS='$cpus': use a positive number"
-  [[ $dir == /* ]] || die "DTRUN_SLURM_DIR='$dir': use an absolute path"
+  [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || bad_setting "DTRUN_SLURM_NETNS='$prefix': use 1-8 of a-z0-9, starting with a letter"
+  [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || bad_setting "DTRUN_SLURM_SUBNET='$subnet': use three octets, e.g. 10.215.0"
+  [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 50)) || bad_setting "DTRUN_SLURM_NODES='$nodes': use 1..50"
+  [[ $cpus =~ ^[0-9]+$ ]] && ((cpus >= 1)) || bad_setting "DTRUN_SLURM_CPUS='$cpus': use a positive number"
+  [[ $dir == /* ]] || bad_setting "DTRUN_SLURM_DIR='$dir': use an absolute path"
   if [[ -f $dir/state && $(cat "$dir/state") == "$(settings)" ]] && daemon_pid "$dir/slurmctld.pid" slurmctld >/dev/null &&
     all_idle; then
     echo "local-slurm: already up ($nodes nodes); run clients with: $0 exec srun -N$nodes hostname" >&2
@@ -242,7 +243,7 @@ cmd_down() {
 }
 
 cmd_exec() {
-  [[ -f $dir/state ]] || die "no cluster at $dir: start one with $0 up"
+  [[ -f $dir/state ]] || bad_setting "no cluster at $dir: start one with $0 up"
   load_state
   (($# > 0)) || set -- "${SHELL:-/bin/bash}"
   on_cmd "${DTRUN_SLURM_LOGIN:-ctl}" "$@"
