@@ -31,6 +31,10 @@ chmod 755 "$work" # munge's socket lives below it
 export DTRUN_SLURM_DIR=$work/cluster DTRUN_SLURM_NETNS=dslm$(($$ % 1000))
 export DTRUN_SLURM_SUBNET=10.215.$(($$ % 200 + 20)) DTRUN_SLURM_NODES=3
 unset DTRUN_SLURM_LOGIN
+# Each agent writes its logs into a fresh directory under TMPDIR (mkdtemp): one --log_dir shared
+# by the nodes would have agents of different nodes write the same <run_id>/attempt_<n>/<local
+# rank> files.
+mkdir -p "$work"/logs/{sbatch,srun,fail,sfail,elastic,cancel}
 # Every process of our jobs carries this (srun and sbatch pass the environment on); this script
 # does not, so a process found with it is a leftover of a job.
 mark=DTRUN_SLURM_TEST=$work
@@ -75,7 +79,7 @@ batch() {
 # check_world <label> <first host> <second host> <log dir>: the 4 workers' ENV lines.
 check_world() {
   local label=$1 first=$2 second=$3 lines
-  lines=$(find "$4" -path '*/attempt_0*/stdout.log' -exec cat {} + 2>/dev/null | grep '^ENV ' || true)
+  lines=$(find "$4" -path '*/attempt_0/*/stdout.log' -exec cat {} + 2>/dev/null | grep '^ENV ' || true)
   local got=()
   mapfile -t got < <(sed -E 's/.* RANK=([0-9]+) LOCAL_RANK=([0-9]+) WORLD_SIZE=([0-9]+) .* GROUP_RANK=([0-9]+) GROUP_WORLD_SIZE=([0-9]+) .* MASTER_ADDR=([^ ]*) .* HOST=([^ ]*)$/\7 \4 \1 \2 \3 \5 \6/' <<<"$lines" | sort -k3n)
   # host, node rank, rank, local rank, world size, node count, master
@@ -99,7 +103,7 @@ check_world() {
 
 # 1. sbatch of the example script: the batch step runs on node1, srun starts one dtrun per node.
 t=$(now_ms)
-PET_LOG_DIR=$work/logs/sbatch batch sbatch -N2 "$ROOT/scripts/slurm/multi_node.sbatch" "$WORKER" env
+TMPDIR=$work/logs/sbatch batch sbatch -N2 "$ROOT/scripts/slurm/multi_node.sbatch" "$WORKER" env
 [[ $state == COMPLETED ]] || note_fail "sbatch -N2 multi_node.sbatch: job $job $state, ExitCode '$exit_code'"
 check_world "sbatch -N2 scripts/slurm/multi_node.sbatch" node1 node2 "$work/logs/sbatch"
 echo "slurm_test: (sbatch case: $(($(now_ms) - t)) ms)"
@@ -107,8 +111,8 @@ echo "slurm_test: (sbatch case: $(($(now_ms) - t)) ms)"
 # 2. srun from the login host onto node2 and node3: the first host is node2.
 t=$(now_ms)
 rc=0
-slurm timeout "$LIMIT" srun -N2 -w 'node[2-3]' --ntasks-per-node=1 "$DTRUN" --nproc_per_node=2 \
-  --log_dir="$work/logs/srun" "$WORKER" env >"$work/srun.err" 2>&1 || rc=$?
+slurm env TMPDIR="$work/logs/srun" timeout "$LIMIT" srun -N2 -w 'node[2-3]' --ntasks-per-node=1 \
+  "$DTRUN" --nproc_per_node=2 "$WORKER" env >"$work/srun.err" 2>&1 || rc=$?
 [[ $rc -eq 0 ]] || note_fail "srun -N2 dtrun exited $rc: $(tail -n 3 "$work/srun.err")"
 check_world "srun -N2 -w node[2-3] --ntasks-per-node=1 dtrun --nproc_per_node=2" node2 node3 "$work/logs/srun"
 echo "slurm_test: (srun case: $(($(now_ms) - t)) ms)"
@@ -117,15 +121,15 @@ echo "slurm_test: (srun case: $(($(now_ms) - t)) ms)"
 #    does srun, and the sbatch job FAILs with ExitCode 7:0.
 t=$(now_ms)
 rc=0
-slurm timeout "$LIMIT" srun -N2 --ntasks-per-node=1 "$DTRUN" --nproc_per_node=2 \
-  --log_dir="$work/logs/fail" "$WORKER" fail 3 1 >"$work/fail.err" 2>&1 || rc=$?
+slurm env TMPDIR="$work/logs/fail" timeout "$LIMIT" srun -N2 --ntasks-per-node=1 "$DTRUN" \
+  --nproc_per_node=2 "$WORKER" fail 3 1 >"$work/fail.err" 2>&1 || rc=$?
 if [[ $rc -eq 7 ]] && grep -q "rank      : 3 (local_rank: 1)" "$work/fail.err"; then
   echo "slurm_test: rank 3 failing with 7: srun exited 7 and the report names rank 3"
 else
   note_fail "rank 3 failing: srun exited $rc (expected 7 and a report naming rank 3)"
   tail -n 15 "$work/fail.err" | sed 's/^/    | /' >&2
 fi
-PET_LOG_DIR=$work/logs/sfail batch sfail -N2 "$ROOT/scripts/slurm/multi_node.sbatch" "$WORKER" fail 3 1
+TMPDIR=$work/logs/sfail batch sfail -N2 "$ROOT/scripts/slurm/multi_node.sbatch" "$WORKER" fail 3 1
 if [[ $state == FAILED && $exit_code == 7:0 ]] && grep -q "rank      : 3 (local_rank: 1)" "$work/sfail-$job.out"; then
   echo "slurm_test: the same under sbatch: job $job FAILED with ExitCode=7:0, its output names rank 3"
 else
@@ -137,8 +141,8 @@ echo "slurm_test: (failure cases: $(($(now_ms) - t)) ms)"
 # 4. The elastic example (c10d on the first node, up to 3 restarts): rank 3 fails in attempts 0
 #    and 1, every node restarts twice, and the job completes.
 t=$(now_ms)
-PET_LOG_DIR=$work/logs/elastic batch elastic -N2 "$ROOT/scripts/slurm/multi_node_elastic.sbatch" "$WORKER" fail 3 2
-third=$(find "$work/logs/elastic" -path '*/attempt_2*/stdout.log' -exec cat {} + 2>/dev/null | grep -c '^ENV .* WORLD_SIZE=4 ' || true)
+TMPDIR=$work/logs/elastic batch elastic -N2 "$ROOT/scripts/slurm/multi_node_elastic.sbatch" "$WORKER" fail 3 2
+third=$(find "$work/logs/elastic" -path '*/attempt_2/*/stdout.log' -exec cat {} + 2>/dev/null | grep -c '^ENV .* WORLD_SIZE=4 ' || true)
 if [[ $state == COMPLETED && $third -eq 4 ]]; then
   echo "slurm_test: multi_node_elastic.sbatch: rank 3 failed twice, both nodes restarted, attempt 2 (world size 4) completed"
 else
@@ -166,7 +170,7 @@ bound_ports() {
       awk -v h="$host" '$5 !~ /:681[78]$/ {printf "%s:%s ", h, $5}'
   done
 }
-job=$(slurm env PET_LOG_DIR="$work/logs/cancel" sbatch --parsable -N2 -o "$work/cancel-%j.out" \
+job=$(slurm env TMPDIR="$work/logs/cancel" sbatch --parsable -N2 -o "$work/cancel-%j.out" \
   "$ROOT/scripts/slurm/multi_node.sbatch" "$WORKER" wait "$work/never")
 started=0
 for _ in $(seq $((LIMIT * 10))); do
