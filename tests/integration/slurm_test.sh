@@ -20,6 +20,11 @@ WORKER=$HERE/workers/node_worker.sh
 CLUSTER=$ROOT/scripts/local-slurm.sh
 LIMIT=60 # seconds: the bound on every wait for a job
 
+# Every example job script at least parses (the PBS ones cannot run here: Debian has no PBS).
+for script in "$ROOT"/scripts/slurm/*.sbatch "$ROOT"/scripts/pbs/*.pbs; do
+  bash -n "$script" || { echo "slurm_test: FAIL: $script does not parse" >&2; exit 1; }
+done
+
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
   echo "slurm_test: SKIP: needs root, iproute2 and nsenter"
   exit 0
