@@ -48,6 +48,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT # ctest's timeout: still tear the cluster down
 
 fail_count=0
 note_fail() { echo "slurm_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
