@@ -7,7 +7,8 @@
 #    (node rank 0 on the first host of the node list), ranks in that order, MASTER_ADDR that host.
 # 3. rank 3 fails with 7: srun exits 7, the sbatch job FAILED with ExitCode 7:0, reports name rank 3.
 # 4. multi_node_elastic.sbatch: rank 3 fails twice; both nodes restart and attempt 2 completes.
-# 5. scancel of a running job: no process of the job is left and no port stays bound on any node.
+# 5. scripts/pbs/multi_node.pbs with pbsdsh played by srun and PBS_* made from the allocation.
+# 6. scancel of a running job: no process of the job is left and no port stays bound on any node.
 # Prints how long the cluster's start, each case and the teardown took. Needs root, iproute2 and
 # Debian's package registry the first time (the cluster script installs its packages); prints
 # SKIP without root. Every client runs in a namespace; the cluster is torn down on exit.
@@ -39,7 +40,7 @@ unset DTRUN_SLURM_LOGIN
 # Each agent writes its logs into a fresh directory under TMPDIR (mkdtemp): one --log_dir shared
 # by the nodes would have agents of different nodes write the same <run_id>/attempt_<n>/<local
 # rank> files.
-mkdir -p "$work"/logs/{sbatch,srun,fail,sfail,elastic,cancel}
+mkdir -p "$work"/logs/{sbatch,srun,fail,sfail,elastic,pbs,cancel}
 # Every process of our jobs carries this (srun and sbatch pass the environment on); this script
 # does not, so a process found with it is a leftover of a job.
 mark=DTRUN_SLURM_TEST=$work
@@ -157,7 +158,31 @@ else
 fi
 echo "slurm_test: (elastic case: $(($(now_ms) - t)) ms)"
 
-# 5. scancel of a running job (workers wait for a file that never comes).
+# 5. scripts/pbs/multi_node.pbs, with PBS played by SLURM (Debian has no PBS): a pbsdsh that
+#    starts its command once per node as an srun step, and PBS_NODEFILE (two slots per host),
+#    PBS_JOBID and PBS_O_WORKDIR made from the allocation. This checks the script's own commands.
+t=$(now_ms)
+mkdir -p "$work/pbs"
+cat >"$work/pbs/pbsdsh" <<'EOF'
+#!/bin/bash
+# pbsdsh -u CMD...: CMD once on every node of the job
+shift
+exec srun --ntasks-per-node=1 "$@"
+EOF
+cat >"$work/pbs/as_pbs.sh" <<'EOF'
+#!/bin/bash
+# as_pbs.sh SCRIPT ARGS...: a PBS job script in a SLURM batch job, with PBS's variables
+export PBS_NODEFILE=$PWD/nodefile.$SLURM_JOB_ID PBS_JOBID=$SLURM_JOB_ID.local PBS_O_WORKDIR=$PWD
+scontrol show hostnames "$SLURM_JOB_NODELIST" | sed p >"$PBS_NODEFILE"
+exec bash "$@"
+EOF
+chmod +x "$work/pbs/pbsdsh" "$work/pbs/as_pbs.sh"
+PATH=$work/pbs:$PATH TMPDIR=$work/logs/pbs batch pbs -N2 "$work/pbs/as_pbs.sh" "$ROOT/scripts/pbs/multi_node.pbs" "$WORKER" env
+[[ $state == COMPLETED ]] || note_fail "multi_node.pbs: job $job $state, ExitCode '$exit_code'"
+check_world "scripts/pbs/multi_node.pbs (pbsdsh played by srun)" node1 node2 "$work/logs/pbs"
+echo "slurm_test: (PBS case: $(($(now_ms) - t)) ms)"
+
+# 6. scancel of a running job (workers wait for a file that never comes).
 t=$(now_ms)
 job_procs() { grep -lzxF "$mark" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ' || true; }
 # slurmstepd carries the cluster's mark (from slurmd); the daemons and slurmctld's helper stay.
