@@ -172,13 +172,16 @@ wait_for() {
 }
 
 cmd_up() {
-  [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || bad_setting "DTRUN_SLURM_NETNS='$prefix': use 1-8 of a-z0-9, starting with a letter"
-  [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || bad_setting "DTRUN_SLURM_SUBNET='$subnet': use three octets, e.g. 10.215.0"
-  [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 50)) || bad_setting "DTRUN_SLURM_NODES='$nodes': use 1..50"
+  [[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] ||
+    bad_setting "DTRUN_SLURM_NETNS='$prefix': use 1-8 of a-z0-9, starting with a letter"
+  [[ $subnet =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
+    bad_setting "DTRUN_SLURM_SUBNET='$subnet': use three octets, e.g. 10.215.0"
+  [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 50)) ||
+    bad_setting "DTRUN_SLURM_NODES='$nodes': use 1..50"
   [[ $cpus =~ ^[0-9]+$ ]] && ((cpus >= 1)) || bad_setting "DTRUN_SLURM_CPUS='$cpus': use a positive number"
   [[ $dir == /* ]] || bad_setting "DTRUN_SLURM_DIR='$dir': use an absolute path"
-  if [[ -f $dir/state && $(cat "$dir/state") == "$(settings)" ]] && daemon_pid "$dir/slurmctld.pid" slurmctld >/dev/null &&
-    all_idle; then
+  if [[ -f $dir/state && $(cat "$dir/state") == "$(settings)" ]] &&
+    daemon_pid "$dir/slurmctld.pid" slurmctld >/dev/null && all_idle; then
     echo "local-slurm: already up ($nodes nodes); run clients with: $0 exec srun -N$nodes hostname" >&2
     return 0
   fi
@@ -203,7 +206,8 @@ cmd_up() {
   for i in $(seq 1 "$nodes"); do (cd / && on "node$i" env DTRUN_SLURM_MARK="$dir" slurmd -N "node$i"); done
   wait_for "not every node became idle" 30 all_idle
   trap - EXIT
-  echo "local-slurm: $nodes nodes up in $(ms_since "$t0") ms (packages: $apt_ms ms); run clients with: $0 exec srun -N$nodes hostname" >&2
+  echo "local-slurm: $nodes nodes up in $(ms_since "$t0") ms (packages: $apt_ms ms);" \
+    "run clients with: $0 exec srun -N$nodes hostname" >&2
 }
 
 cmd_down() {

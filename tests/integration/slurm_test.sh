@@ -87,9 +87,13 @@ batch() {
 check_world() {
   local label=$1 first=$2 second=$3 lines
   lines=$(find "$4" -path '*/attempt_0/*/stdout.log' -exec cat {} + 2>/dev/null | grep '^ENV ' || true)
-  local got=()
-  mapfile -t got < <(sed -E 's/.* RANK=([0-9]+) LOCAL_RANK=([0-9]+) WORLD_SIZE=([0-9]+) .* GROUP_RANK=([0-9]+) GROUP_WORLD_SIZE=([0-9]+) .* MASTER_ADDR=([^ ]*) .* HOST=([^ ]*)$/\7 \4 \1 \2 \3 \5 \6/' <<<"$lines" | sort -k3n)
-  # host, node rank, rank, local rank, world size, node count, master
+  # one line per worker, by rank: host, node rank, rank, local rank, world size, node count, master
+  local got=() line
+  field() { sed -E "s/.* $1=([^ ]*).*/\\1/" <<<"$line"; }
+  mapfile -t got < <(while read -r line; do
+    echo "$(field HOST) $(field GROUP_RANK) $(field RANK) $(field LOCAL_RANK) $(field WORLD_SIZE)" \
+      "$(field GROUP_WORLD_SIZE) $(field MASTER_ADDR)"
+  done <<<"$lines" | sort -k3n)
   local want=("$first 0 0 0 4 2" "$first 0 1 1 4 2" "$second 1 2 0 4 2" "$second 1 3 1 4 2")
   local i ok=1
   ((${#got[@]} == 4)) || ok=0
