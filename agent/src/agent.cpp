@@ -171,6 +171,7 @@ class Agent {
       rdzv::ServerOptions storeOptions;
       storeOptions.host = config_.storeListenHost;
       storeOptions.port = config_.storePort;
+      storeOptions.token = config_.storeToken;
       auto store = rdzv::StoreServer::start(storeOptions);
       if (store.isOk()) {
         store_ = std::move(store).value();
@@ -195,7 +196,7 @@ class Agent {
   // Multi-node: the keeper service beside a store this agent hosts, and this node's member.
   Status connectJob(const MultiNodeConfig& multi) {
     if (store_) {
-      auto keepers = rdzv::KeeperService::start(store_->port());
+      auto keepers = rdzv::KeeperService::start(store_->port(), config_.storeToken);
       if (!keepers.isOk()) {
         return keepers.status();
       }
@@ -221,6 +222,7 @@ class Agent {
     client.host = store_ ? "127.0.0.1" : config_.masterAddr;
     client.port = storePort();
     client.timeout = multi.readTimeout;
+    client.token = config_.storeToken;
     auto member = rdzv::RoundMember::connect(client, config_.runId, settings, self);
     if (!member.isOk()) {
       return Status::connection("cannot reach the rendezvous store at " + config_.masterAddr + ":" +

@@ -57,6 +57,9 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   put("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(p.restartCount));
   put("DTRUN_RUN_ID", config.runId);
   put("DTRUN_LOG_DIR", p.logDir);
+  if (!config.storeToken.empty()) {
+    put("DTRUN_STORE_TOKEN", config.storeToken);
+  }
   return env;
 }
 

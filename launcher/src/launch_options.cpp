@@ -604,11 +604,13 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
     } else if (key == "heartbeat_timeout" || key == "use_agent_store") {
       // torchrun's per-operation heartbeat deadline and store sharing: dtrun's heartbeats are
       // one-way messages and its agents always share their store.
+    } else if (key == "token" || key == "token_file") {
+      // resolveStoreToken's, for one node as for many.
     } else {
       plan.warnings.push_back(
           "--rdzv_conf: unknown key '" + key +
           "' ignored (known: " + "join_timeout, last_call_timeout, close_timeout, " +
-          "keep_alive_interval, keep_alive_max_attempt, read_timeout, " + "is_host)");
+          "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, token, token_file)");
     }
     if (target != nullptr) {
       auto duration = confSeconds(key, value);
@@ -624,6 +626,57 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
   }
   return multi;
 }
+
+}  // namespace
+
+Result<std::string> resolveStoreToken(
+    const std::vector<std::pair<std::string, std::string>>& rdzvConf, const HostFacts& host) {
+  std::string source;
+  std::optional<std::string> token;
+  std::optional<std::string> file;
+  for (const auto& [key, value] : rdzvConf) {
+    if (key == "token" && !token) {
+      token = value;
+      source = "--rdzv_conf token";
+    } else if (key == "token_file" && !token && !file) {
+      file = value;
+      source = "--rdzv_conf token_file";
+    }
+  }
+  if (!token && !file) {
+    if (const auto it = host.env.find("DTRUN_STORE_TOKEN"); it != host.env.end()) {
+      token = it->second;
+      source = "DTRUN_STORE_TOKEN";
+    } else if (const auto f = host.env.find("DTRUN_STORE_TOKEN_FILE"); f != host.env.end()) {
+      file = f->second;
+      source = "DTRUN_STORE_TOKEN_FILE";
+    }
+  }
+  if (!token && file) {
+    token = host.readFile(*file);
+    if (!token) {
+      return Status::invalidArgument(source + ": cannot read '" + *file +
+                                     "' (give a readable file holding the store token)");
+    }
+    while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) {
+      token->pop_back();
+    }
+  }
+  if (!token) {
+    return std::string();
+  }
+  constexpr std::size_t kMaxToken = 4096;
+  if (token->empty() || token->size() > kMaxToken ||
+      std::any_of(token->begin(), token->end(),
+                  [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; })) {
+    return Status::invalidArgument(source +
+                                   ": the store token must be 1 to 4096 characters "
+                                   "without spaces or line breaks");
+  }
+  return *token;
+}
+
+namespace {
 
 // Role, log directory, redirects, tee and the console filter.
 Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
@@ -1230,6 +1283,11 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return rdzvConf.status();
   }
   plan.rdzvConf = std::move(rdzvConf).value();
+  auto token = resolveStoreToken(plan.rdzvConf, host);
+  if (!token.isOk()) {
+    return token.status();
+  }
+  config.storeToken = std::move(token).value();
   if (plan.maxNodes > 1) {
     if (standalone) {
       return expected(nnodesSetting, "1 with --standalone (one node by definition)");

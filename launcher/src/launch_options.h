@@ -77,6 +77,12 @@ void addLaunchOptions(CLI::App& app, RawOptions& raw);
 // the flag (or environment variable) and what was expected, without the "dtrun: " prefix.
 [[nodiscard]] Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host);
 
+// The store's token from --rdzv_conf token, --rdzv_conf token_file, DTRUN_STORE_TOKEN or
+// DTRUN_STORE_TOKEN_FILE (first found wins; "" = none; a file's trailing newline is dropped).
+// Errors name the source: an unreadable file, an empty token or one with spaces.
+[[nodiscard]] Result<std::string> resolveStoreToken(
+    const std::vector<std::pair<std::string, std::string>>& rdzvConf, const HostFacts& host);
+
 // Facts about the running process: its environment, /dev/nvidia[0-9]* and CUDA_VISIBLE_DEVICES,
 // std::thread::hardware_concurrency, the filesystem. Call once from main before threads start.
 HostFacts readHostFacts();

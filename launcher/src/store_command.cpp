@@ -12,6 +12,7 @@
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
+#include "launch_options.h"
 #include "log.h"
 
 namespace dtrun::launcher {
@@ -21,6 +22,7 @@ struct StoreCommandOptions {
   std::string host;
   int port = 29400;
   std::string portFile;
+  std::string tokenFile;
   std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
   std::string logLevel;
 };
@@ -52,7 +54,17 @@ int runStore(const StoreCommandOptions& options) {
   sigaddset(&stopSignals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
 
+  std::vector<std::pair<std::string, std::string>> conf;
+  if (!options.tokenFile.empty()) {
+    conf.emplace_back("token_file", options.tokenFile);
+  }
+  auto token = resolveStoreToken(conf, readHostFacts());
+  if (!token.isOk()) {
+    std::cerr << "dtrun store: " << token.status().message() << "\n";
+    return 2;
+  }
   rdzv::ServerOptions serverOptions;
+  serverOptions.token = token.value();
   serverOptions.host = options.host;
   serverOptions.port = static_cast<std::uint16_t>(options.port);
   serverOptions.maxValueLength = options.maxValueLength;
@@ -70,7 +82,7 @@ int runStore(const StoreCommandOptions& options) {
     }
   }
   // Multi-node jobs whose --rdzv_endpoint is this store get their keeper here.
-  auto keepers = rdzv::KeeperService::start(port);
+  auto keepers = rdzv::KeeperService::start(port, serverOptions.token);
   if (!keepers.isOk()) {
     std::cerr << "dtrun store: " << keepers.status().message() << "\n";
     return 1;
@@ -97,6 +109,9 @@ std::function<int()> addStoreCommand(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   store->add_option("--port-file,--port_file", options->portFile,
                     "Write the bound port to this file once listening");
+  store->add_option("--token-file,--token_file", options->tokenFile,
+                    "Require clients to prove the token in this file (also: DTRUN_STORE_TOKEN, "
+                    "DTRUN_STORE_TOKEN_FILE)");
   store
       ->add_option("--max-value-bytes,--max_value_bytes", options->maxValueLength,
                    "Largest value a client may store")

@@ -493,7 +493,8 @@ class Keeper {
 
 class ThreadedKeeperService final : public KeeperService {
  public:
-  explicit ThreadedKeeperService(std::uint16_t port) : port_(port) {}
+  ThreadedKeeperService(std::uint16_t port, std::string token)
+      : port_(port), token_(std::move(token)) {}
   ThreadedKeeperService(const ThreadedKeeperService&) = delete;
   ThreadedKeeperService& operator=(const ThreadedKeeperService&) = delete;
   ThreadedKeeperService(ThreadedKeeperService&&) = delete;
@@ -524,6 +525,7 @@ class ThreadedKeeperService final : public KeeperService {
     options.host = "127.0.0.1";
     options.port = port_;
     options.timeout = std::chrono::seconds(30);
+    options.token = token_;
     return connectStore(options);
   }
 
@@ -558,6 +560,7 @@ class ThreadedKeeperService final : public KeeperService {
   }
 
   std::uint16_t port_;
+  std::string token_;
   std::atomic<bool> stopping_{false};
   std::thread listener_;
   std::mutex mutex_;
@@ -566,8 +569,9 @@ class ThreadedKeeperService final : public KeeperService {
 
 }  // namespace
 
-Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort) {
-  auto service = std::make_unique<ThreadedKeeperService>(storePort);
+Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort,
+                                                            const std::string& token) {
+  auto service = std::make_unique<ThreadedKeeperService>(storePort, token);
   if (auto s = service->start(); !s.isOk()) {
     return s;
   }

@@ -16,10 +16,9 @@ using boost::system::error_code;
 namespace {
 constexpr std::size_t kInitialBuffer = 4096;
 
-// "address:port" and the address alone ("" if the socket has no peer any more).
-std::pair<std::string, std::string> describePeer(const asio::ip::tcp::socket& socket) {
-  error_code ec;
-  const auto endpoint = socket.remote_endpoint(ec);
+// "address:port" and the address alone ("" if the socket is not connected any more).
+std::pair<std::string, std::string> describe(const asio::ip::tcp::endpoint& endpoint,
+                                             const error_code& ec) {
   if (ec) {
     return {"unknown peer", ""};
   }
@@ -68,7 +67,9 @@ void ServerCore::onWatchEvent(ClientId client, std::string_view event) {
 
 Session::Session(asio::ip::tcp::socket socket, ClientId id, ServerCore& core)
     : socket_(std::move(socket)), id_(id), core_(core) {
-  std::tie(peer_, peerHost_) = describePeer(socket_);
+  error_code ec;
+  std::tie(peer_, peerHost_) = describe(socket_.remote_endpoint(ec), ec);
+  localHost_ = describe(socket_.local_endpoint(ec), ec).second;
   in_.resize(kInitialBuffer);
 }
 
@@ -171,8 +172,10 @@ bool Session::admitted() {
   if (authenticated_ || core_.token().empty()) {
     return true;
   }
-  if (!peerHost_.empty() && core_.hostAdmitted(peerHost_)) {
-    authenticated_ = true;  // a host of the job: its PyTorch clients cannot prove the token
+  // A client on the store's own host (its agent's workers), or on a host whose agent proved the
+  // token: PyTorch's clients cannot prove it themselves.
+  if (!peerHost_.empty() && (peerHost_ == localHost_ || core_.hostAdmitted(peerHost_))) {
+    authenticated_ = true;
     return true;
   }
   return false;

@@ -85,6 +85,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerCore& core_;  // owned by the server, which closes every session before destroying it
   std::string peer_;
   std::string peerHost_;     // the address alone, for the admitted-hosts check
+  std::string localHost_;    // our end's address: equal to peerHost_ for a client on this host
   std::string serverNonce_;  // sent in answer to AUTH_CHALLENGE
   std::string clientNonce_;
   bool authenticated_ = false;

@@ -393,7 +393,11 @@ class TcpStore final : public Store {
       return s.withContext(what);
     }
     if (auto s = readBytes(serverNonce, until); !s.isOk()) {
-      return s.withContext(what + " (a store without a token, or not a dtrun store, closes here)");
+      return Status::error(Errc::kDenied,
+                           what +
+                               ": the store closed the connection: it has no token (unset "
+                               "DTRUN_STORE_TOKEN here) or is not a dtrun store (" +
+                               s.message() + ")");
     }
     out.clear();
     const std::string proof = detail::tokenProof(options_.token, serverNonce, clientNonce);

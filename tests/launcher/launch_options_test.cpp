@@ -697,3 +697,30 @@ TEST_CASE("a script that does not exist fails once, before any worker starts", "
   // A module is looked up by the interpreter, not as a file.
   CHECK(plan({"-m", "pkg.train"}, host).isOk());
 }
+
+TEST_CASE("the store token: --rdzv_conf first, then the environment; files lose one newline",
+          "[launcher]") {
+  auto host = testHost();
+  host.readFile = [](const std::string& path) -> std::optional<std::string> {
+    if (path == "/secrets/token") {
+      return std::string("from-file\n");
+    }
+    return std::nullopt;
+  };
+  CHECK(planOk({"prog"}, host).config.storeToken.empty());
+  host.env["DTRUN_STORE_TOKEN_FILE"] = "/secrets/token";
+  CHECK(planOk({"prog"}, host).config.storeToken == "from-file");
+  host.env["DTRUN_STORE_TOKEN"] = "from-env";
+  CHECK(planOk({"prog"}, host).config.storeToken == "from-env");
+  CHECK(planOk({"--rdzv_conf", "token_file=/secrets/token", "prog"}, host).config.storeToken ==
+        "from-file");
+  CHECK(planOk({"--rdzv_conf", "token=from-cli", "prog"}, host).config.storeToken == "from-cli");
+
+  CHECK(errorOf({"--rdzv_conf", "token_file=/nope", "prog"}, host) ==
+        "--rdzv_conf token_file: cannot read '/nope' (give a readable file holding the store "
+        "token)");
+  host.env["DTRUN_STORE_TOKEN"] = "two words";
+  CHECK(errorOf({"prog"}, host) ==
+        "DTRUN_STORE_TOKEN: the store token must be 1 to 4096 characters without spaces or line "
+        "breaks");
+}

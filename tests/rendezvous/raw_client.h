@@ -20,8 +20,18 @@ namespace dtrun::testing {
 
 class RawClient {
  public:
-  explicit RawClient(std::uint16_t port, int timeoutMs = 5000)
+  // `source`: a loopback address to connect from (e.g. "127.0.0.5"), as a client of another host.
+  explicit RawClient(std::uint16_t port, int timeoutMs = 5000, const char* source = nullptr)
       : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &from.sin_addr);
+      // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
+      if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+        throw std::runtime_error(std::string("RawClient: bind to ") + source + " failed");
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

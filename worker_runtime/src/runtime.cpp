@@ -151,12 +151,16 @@ Context init(const InitOptions& options) {
   client.host = c.storeHost;
   client.port = c.storePort;
   client.timeout = c.timeout;
+  client.token = envOr("DTRUN_STORE_TOKEN", "");
   auto store = rdzv::connectStore(client);
   if (!store.isOk()) {
     const std::string message = "init: cannot reach the store at " + c.storeHost + ":" +
                                 std::to_string(c.storePort) + ": " + store.status().message();
     if (store.status().code() == Errc::kTimeout || store.status().code() == Errc::kConnection) {
       throw TimeoutError(message);
+    }
+    if (store.status().code() == Errc::kDenied) {
+      throw ConfigError(message);
     }
     throw CommError(message);
   }

@@ -72,6 +72,9 @@ struct AgentConfig {
   std::string storeListenHost;  // "" = every address
   std::uint16_t storePort = 0;
   std::string masterAddr = "127.0.0.1";
+  // The store's token ("" = none): the agent's store requires it, the agent's clients present
+  // it, and workers get it as DTRUN_STORE_TOKEN (libdtrt presents it too).
+  std::string storeToken;
 
   std::string logDir;  // "" = a fresh directory under $TMPDIR, whose path is printed once
   StreamSelection redirects;

@@ -125,7 +125,9 @@ class KeeperService {
   KeeperService(KeeperService&&) = delete;
   KeeperService& operator=(KeeperService&&) = delete;
   virtual ~KeeperService() = default;
-  [[nodiscard]] static Result<std::unique_ptr<KeeperService>> start(std::uint16_t storePort);
+  // `token`: the store's (ServerOptions::token), presented by the keepers' own connections.
+  [[nodiscard]] static Result<std::unique_ptr<KeeperService>> start(std::uint16_t storePort,
+                                                                    const std::string& token = {});
 };
 
 }  // namespace dtrun::rdzv

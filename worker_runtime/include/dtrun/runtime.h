@@ -135,9 +135,10 @@ struct Context {
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RESTART_COUNT (and DTRUN_STORE_PREFIX) and connects to the store. Throws
-// ConfigError naming the missing or malformed variable ("RANK is not set: run this program under
-// dtrun or torchrun"), TimeoutError if the store cannot be reached in time.
+// TORCHELASTIC_RESTART_COUNT (and DTRUN_STORE_PREFIX) and connects to the store, proving
+// DTRUN_STORE_TOKEN when set (dtrun sets it for a store with a token). Throws ConfigError naming
+// the missing or malformed variable ("RANK is not set: run this program under dtrun or
+// torchrun") or a refused token, TimeoutError if the store cannot be reached in time.
 Context init(const InitOptions& options = {});
 
 // Writes TORCHELASTIC_ERROR_FILE in torchrun's JSON shape with `message` (no-op if unset).
