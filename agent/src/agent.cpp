@@ -250,14 +250,28 @@ class Agent {
       base = pattern;
     }
     // A run id used before under the same log dir gets a fresh directory: logs are never lost.
-    fs::path dir = base / config_.runId;
-    for (int n = 2; fs::exists(dir, ec) && !fs::is_empty(dir, ec); ++n) {
-      dir = base / (config_.runId + "-" + std::to_string(n));
-    }
-    fs::create_directories(dir, ec);
+    // The agents of several nodes may share a log dir (one file system under a scheduler): each
+    // takes its directory with an atomic mkdir, the node that loses takes "<run_id>-<host>".
+    fs::create_directories(base, ec);
     if (ec) {
-      return Status::invalidArgument("--log_dir: cannot create " + dir.string() + ": " +
+      return Status::invalidArgument("--log_dir: cannot create " + base.string() + ": " +
                                      ec.message());
+    }
+    fs::path dir;
+    for (int n = 1; dir.empty(); ++n) {
+      std::string name = config_.runId;
+      if (n == 2 && config_.multiNode) {
+        name += "-" + host_;
+      } else if (n >= 2) {
+        name += "-" + std::to_string(n);
+      }
+      const fs::path candidate = base / name;
+      const int err = ::mkdir(candidate.c_str(), 0777) == 0 ? 0 : errno;
+      if (err == 0 || (err == EEXIST && !config_.multiNode && fs::is_empty(candidate, ec))) {
+        dir = candidate;
+      } else if (err != EEXIST) {
+        return Status::system("--log_dir: mkdir " + candidate.string(), err);
+      }
     }
     // Workers get paths under it (error file, log dir) and may change directory: absolute.
     runDir_ = fs::absolute(dir, ec);

@@ -37,9 +37,8 @@ chmod 755 "$work" # munge's socket lives below it
 export DTRUN_SLURM_DIR=$work/cluster DTRUN_SLURM_NETNS=dslm$(($$ % 1000))
 export DTRUN_SLURM_SUBNET=10.215.$(($$ % 200 + 20)) DTRUN_SLURM_NODES=3
 unset DTRUN_SLURM_LOGIN
-# Each agent writes its logs into a fresh directory under TMPDIR (mkdtemp): one --log_dir shared
-# by the nodes would have agents of different nodes write the same <run_id>/attempt_<n>/<local
-# rank> files.
+# Each agent writes its logs into a fresh directory under TMPDIR (mkdtemp), so every node's files
+# are apart (with one shared --log_dir the second node's agent would use <run_id>-<host>).
 mkdir -p "$work"/logs/{sbatch,srun,fail,sfail,elastic,pbs,cancel}
 # Every process of our jobs carries this (srun and sbatch pass the environment on); this script
 # does not, so a process found with it is a leftover of a job.
