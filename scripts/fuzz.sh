@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
 shift || true
-all_targets=(store_request round_codec launch_options)
+all_targets=(store_request round_codec launch_options hostlist)
 targets=("$@")
 ((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
 if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds < 1)); then

@@ -25,6 +25,10 @@ void roundCodec(const std::uint8_t* data, std::size_t size);
 // validate() on "name=value" lines (torchrun option dests, --rdzv_conf among them).
 void launchOptions(const std::uint8_t* data, std::size_t size);
 
+// The batch-scheduler parsers: SLURM host lists and count lists, and detect() over an
+// environment (and PBS nodefile) taken from the input.
+void hostlist(const std::uint8_t* data, std::size_t size);
+
 struct Target {
   std::string_view name;  // also the corpus folder name
   void (*run)(const std::uint8_t* data, std::size_t size);
@@ -33,6 +37,7 @@ inline constexpr Target kTargets[] = {
     {"store_request", storeRequest},
     {"round_codec", roundCodec},
     {"launch_options", launchOptions},
+    {"hostlist", hostlist},
 };
 
 // Prints `what` to stderr and aborts: libFuzzer and the replay test both report an abort.

@@ -42,23 +42,27 @@ void launchOptions(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   checkValueParsers(text);
 
-  // The input as a command line: one "dest=value" per line ("rdzv_conf=join_timeout=5,...").
+  // The input as a command line: one "dest=value" per line ("rdzv_conf=join_timeout=5,..."), and
+  // the environment: "env.NAME=value" (PET_* variables, SLURM_* for --scheduler).
   launcher::RawOptions raw;
+  launcher::HostFacts host;
+  host.cpuCount = 4;
+  host.hostName = "node2";
+  host.isThisHost = [](const std::string& name) { return name == "localhost"; };
   std::size_t start = 0;
   while (start < text.size()) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
     const std::string_view line = text.substr(start, end - start);
     const std::size_t equals = line.find('=');
-    if (equals != std::string_view::npos) {
+    if (equals != std::string_view::npos && line.starts_with("env.")) {
+      host.env[std::string(line.substr(4, equals - 4))] = std::string(line.substr(equals + 1));
+    } else if (equals != std::string_view::npos) {
       raw.given[std::string(line.substr(0, equals))] = std::string(line.substr(equals + 1));
     }
     checkValueParsers(line);
     start = end + 1;
   }
   raw.program = {"train.py", "--epochs", "1"};
-  launcher::HostFacts host;
-  host.cpuCount = 4;
-  host.isThisHost = [](const std::string& name) { return name == "localhost"; };
   const auto plan = launcher::validate(raw, host);
   if (!plan.isOk()) {
     checkErrorLine(plan.status());

@@ -61,3 +61,4 @@ TEST_CASE("round_codec: seed corpus and past crashes", "[fuzz]") { replayAll("ro
 TEST_CASE("launch_options: seed corpus and past crashes", "[fuzz]") {
   replayAll("launch_options");
 }
+TEST_CASE("hostlist: seed corpus and past crashes", "[fuzz]") { replayAll("hostlist"); }

@@ -8,8 +8,18 @@
 namespace dtrun::fuzz {
 namespace {
 
-using namespace rdzv::detail;
 using rdzv::NodeRecord;
+using rdzv::detail::decodeAssign;
+using rdzv::detail::decodeEnd;
+using rdzv::detail::decodeMessage;
+using rdzv::detail::decodeRecord;
+using rdzv::detail::decodeSettings;
+using rdzv::detail::encodeAssign;
+using rdzv::detail::encodeEnd;
+using rdzv::detail::encodeMessage;
+using rdzv::detail::encodeRecord;
+using rdzv::detail::encodeSettings;
+using rdzv::detail::orderNodes;
 
 constexpr std::string_view kName = "round_codec";
 
@@ -29,6 +39,8 @@ void checkSettings(const std::string& text) {
   if (!settings) {
     return;
   }
+  // The keeper judges silence by this product: decoded settings must not overflow it.
+  assertInvariant(settings->deadAfter().count() > 0, kName, "settings with no dead-node timeout");
   const auto again = decodeSettings(encodeSettings(*settings));
   assertInvariant(again && again->minNodes == settings->minNodes &&
                       again->maxNodes == settings->maxNodes &&
