@@ -33,6 +33,7 @@ done
 [[ -s $work/port ]] || { echo "stress.sh: the store wrote no port (log: $(cat "$work/store.log"))" >&2; exit 1; }
 echo "store stress bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bench" --port "$(cat "$work/port")" --ops "${OPS:-20000}" --connections "${CONNECTIONS:-4096}"
-echo "store VmRSS after all phases: $(awk '/VmRSS/ {print $2, $3}' "/proc/$pid/status")"
+store_pid=$(cat "/proc/$pid/task/$pid/children")  # `timeout`'s child: the store itself
+echo "store VmRSS after all phases: $(awk '/VmRSS/ {print $2, $3}' "/proc/${store_pid// /}/status")"
 echo "store log lines about limits:"
 grep -E 'not reading|refused|dropped' "$work/store.log" | sed 's/^/  /' || true

@@ -122,8 +122,21 @@ int main(int argc, char** argv) {
   for (const char* phase : phases) {
     const std::string name = phase;
     if (name == "idle-4096") {
+      // Each one pinged once (VALIDATE + PING, reply read): all are accepted and served before
+      // the measurement starts, then they fall silent.
       for (int i = 0; i < connections; ++i) {
         idle.push_back(connectRaw(port));
+        sendAll(idle.back().get(), kValidate + std::string("\x0d\x2a\x00\x00\x00", 5));
+      }
+      for (const auto& fd : idle) {
+        char nonce[4];
+        for (std::size_t got = 0; got < sizeof nonce;) {
+          const ssize_t n = ::recv(fd.get(), nonce + got, sizeof nonce - got, 0);
+          if (n <= 0) {
+            throw std::runtime_error("stress_bench: an idle connection got no PING reply");
+          }
+          got += static_cast<std::size_t>(n);
+        }
       }
     } else if (name == "slow-reader") {
       slowReader = connectRaw(port);
