@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "fuzz/fuzz_targets.h"
+#include "round_codec.h"
 
 namespace {
 
@@ -62,3 +63,29 @@ TEST_CASE("launch_options: seed corpus and past crashes", "[fuzz]") {
   replayAll("launch_options");
 }
 TEST_CASE("hostlist: seed corpus and past crashes", "[fuzz]") { replayAll("hostlist"); }
+
+// Found by fuzz_round_codec: a JSON float where an int belongs went through nlohmann's plain
+// cast (undefined behaviour; UBSan aborts). A store value is foreign input: refuse it instead.
+TEST_CASE("round_codec: an exit code of 3.3e63 is refused, not cast", "[fuzz][regression]") {
+  CHECK_FALSE(dtrun::rdzv::detail::decodeEnd(
+                  R"({"kind":"closed","message":"","detail":"","exit_code":3.3e63})")
+                  .has_value());
+  run("round_codec", "\x01{\"exit_code\":1e300}");
+}
+
+// Found by reading the keeper with the fuzz target's invariant: deadAfter() multiplies the
+// keep-alive interval by the attempts, so decoded settings must stay within --rdzv_conf's bounds.
+TEST_CASE("round_codec: keep-alive settings that overflow or are negative are refused",
+          "[fuzz][regression]") {
+  const std::string base =
+      R"({"min":1,"max":2,"max_restarts":0,"join_ms":1,"last_call_ms":1,"close_ms":1,)";
+  CHECK_FALSE(dtrun::rdzv::detail::decodeSettings(
+                  base + R"("keep_alive_ms":9223372036854775807,"keep_alive_max_attempt":3})")
+                  .has_value());
+  CHECK_FALSE(dtrun::rdzv::detail::decodeSettings(
+                  base + R"("keep_alive_ms":5000,"keep_alive_max_attempt":-3})")
+                  .has_value());
+  CHECK(dtrun::rdzv::detail::decodeSettings(
+            base + R"("keep_alive_ms":5000,"keep_alive_max_attempt":3})")
+            .has_value());
+}
