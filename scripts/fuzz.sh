@@ -25,6 +25,12 @@ for t in "${targets[@]}"; do
   fi
 done
 
+runtime=$(clang++ --print-runtime-dir 2>/dev/null || true)
+if [[ ! -f $runtime/libclang_rt.fuzzer-x86_64.a && ! -f $runtime/libclang_rt.fuzzer.a ]]; then
+  echo "fuzz.sh: clang's libFuzzer is missing (looked in '${runtime:-no clang++}'); install it:" \
+    "apt-get install clang libclang-rt-dev (scripts/setup.sh does)" >&2
+  exit 2
+fi
 build=$root/build-fuzz
 bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" >/dev/null
 

@@ -128,9 +128,7 @@ bool Session::handleInput() {
   return !paused_;
 }
 
-void Session::unpause() {
-  paused_ = false;
-}
+void Session::unpause() { paused_ = false; }
 
 void Session::resumeIfDrained() {
   if (closed_ || backlog() > core_.connectionLimits().maxReplyBacklog) {

@@ -61,10 +61,10 @@ Status openAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, bool
 class AsioStoreServer final : public StoreServer {
  public:
   explicit AsioStoreServer(const ServerOptions& options)
-      : core_(detail::Limits{options.maxKeyLength, options.maxValueLength,
-                             options.maxKeysPerRequest,
-                             std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)},
-              detail::ConnectionLimits{options.maxConnections, options.maxReplyBacklog}),
+      : core_(
+            detail::Limits{options.maxKeyLength, options.maxValueLength, options.maxKeysPerRequest,
+                           std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)},
+            detail::ConnectionLimits{options.maxConnections, options.maxReplyBacklog}),
         acceptor_(io_),
         retryTimer_(io_) {}
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "dtrun/scheduler.h"
+
 #include "fuzz_targets.h"
 
 namespace dtrun::fuzz {

@@ -59,9 +59,7 @@ void run(std::string_view name, std::string_view bytes) {
 
 TEST_CASE("store_request: seed corpus and past crashes", "[fuzz]") { replayAll("store_request"); }
 TEST_CASE("round_codec: seed corpus and past crashes", "[fuzz]") { replayAll("round_codec"); }
-TEST_CASE("launch_options: seed corpus and past crashes", "[fuzz]") {
-  replayAll("launch_options");
-}
+TEST_CASE("launch_options: seed corpus and past crashes", "[fuzz]") { replayAll("launch_options"); }
 TEST_CASE("hostlist: seed corpus and past crashes", "[fuzz]") { replayAll("hostlist"); }
 
 // Found by fuzz_round_codec: a JSON float where an int belongs went through nlohmann's plain
@@ -85,7 +83,7 @@ TEST_CASE("round_codec: keep-alive settings that overflow or are negative are re
   CHECK_FALSE(dtrun::rdzv::detail::decodeSettings(
                   base + R"("keep_alive_ms":5000,"keep_alive_max_attempt":-3})")
                   .has_value());
-  CHECK(dtrun::rdzv::detail::decodeSettings(
-            base + R"("keep_alive_ms":5000,"keep_alive_max_attempt":3})")
+  CHECK(dtrun::rdzv::detail::decodeSettings(base +
+                                            R"("keep_alive_ms":5000,"keep_alive_max_attempt":3})")
             .has_value());
 }

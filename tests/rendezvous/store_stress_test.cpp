@@ -79,9 +79,8 @@ class StoreProcess {
     REQUIRE(::mkdtemp(pattern.data()) != nullptr);
     dir_ = pattern;
     const std::string portFile = dir_ + "/port";
-    std::vector<std::string> args = {DTRUN_BINARY, "store",       "--host",      "127.0.0.1",
-                                     "--port",     "0",           "--port-file", portFile,
-                                     "--log-level", "info"};
+    std::vector<std::string> args = {DTRUN_BINARY, "store",       "--host", "127.0.0.1",   "--port",
+                                     "0",          "--port-file", portFile, "--log-level", "info"};
     args.insert(args.end(), flags.begin(), flags.end());
     const std::string log = logPath();
     child_ = std::make_unique<dtrun::testing::ChildGuard>([&args, &log] {
@@ -164,8 +163,8 @@ TEST_CASE("stress: 4096 connections, a slow reader, a 1 byte/s client; others se
   constexpr int kConnections = 4096;
   constexpr std::size_t kBacklog = std::size_t{1} << 20U;
   raiseFileLimit(kConnections + 512);
-  StoreProcess store({"--max-connections", std::to_string(kConnections + 16),
-                      "--max-reply-backlog", std::to_string(kBacklog)});
+  StoreProcess store({"--max-connections", std::to_string(kConnections + 16), "--max-reply-backlog",
+                      std::to_string(kBacklog)});
   auto healthy = dtrun::testing::connect(store.port());
   requireServed(*healthy, -1);
   const long baselineKiB = store.rssKiB();
