@@ -77,9 +77,7 @@ double percentile(std::vector<double>& sorted, double p) {
   return sorted[index];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int runBench(int argc, char** argv) {
   CLI::App app("Latency of a normal store client while hostile clients load the store");
   int port = 0;
   int ops = 20000;
@@ -91,21 +89,25 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   rlimit limit{};
-  ::getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = limit.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &limit);
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      std::perror("stress_bench: setrlimit(RLIMIT_NOFILE)");
+    }
+  }
 
   dtrun::rdzv::ClientOptions options;
   options.port = static_cast<std::uint16_t>(port);
   options.timeout = std::chrono::seconds(20);
   auto connected = dtrun::rdzv::connectStore(options);
   if (!connected.isOk()) {
-    std::fprintf(stderr, "stress_bench: %s\n", connected.status().toString().c_str());
+    static_cast<void>(
+        std::fprintf(stderr, "stress_bench: %s\n", connected.status().toString().c_str()));
     return 1;
   }
   auto& store = *connected.value();
   if (!store.set("bench/value", std::string(32, 'v')).isOk()) {
-    std::fprintf(stderr, "stress_bench: set failed\n");
+    static_cast<void>(std::fprintf(stderr, "stress_bench: set failed\n"));
     return 1;
   }
 
@@ -169,7 +171,18 @@ int main(int argc, char** argv) {
     std::printf("stress_bench phase=%s ops=%d p50_us=%.1f p99_us=%.1f max_us=%.1f errors=%d\n",
                 phase, ops, percentile(micros, 0.5), percentile(micros, 0.99),
                 micros.empty() ? 0.0 : micros.back(), errors);
-    std::fflush(stdout);
+    static_cast<void>(std::fflush(stdout));
   }
   return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return runBench(argc, argv);
+  } catch (const std::exception& e) {
+    static_cast<void>(std::fprintf(stderr, "%s\n", e.what()));
+    return 1;
+  }
 }

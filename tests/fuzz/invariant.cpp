@@ -6,9 +6,9 @@
 namespace dtrun::fuzz {
 
 void invariantBroken(std::string_view target, std::string_view what) {
-  std::fprintf(stderr, "fuzz target %.*s: invariant broken: %.*s\n",
-               static_cast<int>(target.size()), target.data(), static_cast<int>(what.size()),
-               what.data());
+  static_cast<void>(std::fprintf(stderr, "fuzz target %.*s: invariant broken: %.*s\n",
+                                 static_cast<int>(target.size()), target.data(),
+                                 static_cast<int>(what.size()), what.data()));
   std::abort();
 }
 
