@@ -64,7 +64,7 @@ TEST_CASE("hostlist: seed corpus and past crashes", "[fuzz]") { replayAll("hostl
 
 // Found by fuzz_round_codec: a JSON float where an int belongs went through nlohmann's plain
 // cast (undefined behaviour; UBSan aborts). A store value is foreign input: refuse it instead.
-TEST_CASE("round_codec: an exit code of 3.3e63 is refused, not cast", "[fuzz][regression]") {
+TEST_CASE("round_codec: an exit code of 3.3e63 is refused rather than cast", "[fuzz][regression]") {
   CHECK_FALSE(dtrun::rdzv::detail::decodeEnd(
                   R"({"kind":"closed","message":"","detail":"","exit_code":3.3e63})")
                   .has_value());
