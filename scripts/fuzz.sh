@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (preset fuzz: clang, ASan+UBSan -> build-fuzz/) and runs each
-# for SECONDS, starting from the seed corpus in tests/fuzz/corpus/<target>/. New inputs that
-# grow coverage go to build-fuzz/corpus/<target>/ (kept between runs, never committed); a crash,
+# for SECONDS, starting from the seed corpus in tests/fuzz/corpus/<target>/ and past crashes.
+# Inputs that grow coverage go to build-fuzz/corpus/<target>/ (kept, never committed); a crash,
 # leak, timeout or broken invariant stops with the input saved under build-fuzz/crashes/<target>/
 # and a non-zero exit. Add such an input to tests/fuzz/regressions/<target>/ once fixed: the
 # fuzz/ Catch2 tests replay it in every build from then on.
 # Usage: scripts/fuzz.sh [SECONDS per target, default 30] [target...]
-#   CI: scripts/fuzz.sh 30 (about 1.5 minutes in all); long runs: scripts/fuzz.sh 3600
+#   CI: scripts/test.sh runs it with 20 (80 s of fuzzing in all); long runs: scripts/fuzz.sh 3600
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
@@ -41,6 +41,9 @@ for t in "${targets[@]}"; do
   crashes=$build/crashes/$t
   log=$build/fuzz-$t.log
   mkdir -p "$corpus" "$crashes"
+  # Past crashes are seeds too: a fix that regresses fails at once.
+  regressions=()
+  [[ ! -d $root/tests/fuzz/regressions/$t ]] || regressions=("$root/tests/fuzz/regressions/$t")
   echo "fuzz.sh: $t for ${seconds}s (log: $log)"
   rc=0
   # -timeout: one input running over 10 s is a hang; -rss_limit_mb: over 2 GiB is a leak or a
@@ -48,9 +51,9 @@ for t in "${targets[@]}"; do
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len=8192 -print_final_stats=1 -artifact_prefix="$crashes/" \
-    "$corpus" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+    "$corpus" "$root/tests/fuzz/corpus/$t" "${regressions[@]}" >"$log" 2>&1 || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2 || true)
   line=$(printf '%-16s %4ss %12s executions  %6s edges  %5s inputs in corpus' "$t" "$seconds" \
     "${runs:-?}" "${cov:-?}" "$(find "$corpus" -type f | wc -l)")
   if ((rc != 0)); then
