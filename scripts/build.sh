@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Configures and builds one flavour of dtrun: release (default), asan (ASan+UBSan) or tsan,
+# Configures and builds one flavour of dtrun: release (default), asan (ASan+UBSan), tsan or fuzz
+# (clang + libFuzzer harnesses),
 # as defined by the presets in CMakePresets.json.
-# Usage: scripts/build.sh [release|asan|tsan] [ninja targets...]   -> build dir printed last
+# Usage: scripts/build.sh [release|asan|tsan|fuzz] [ninja targets...]   -> build dir printed last
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 flavour=${1:-release}
 shift || true
 case $flavour in
-  release | asan | tsan) ;;
-  *) echo "build.sh: unknown flavour '$flavour' (expected release, asan or tsan)" >&2; exit 2 ;;
+  release | asan | tsan | fuzz) ;;
+  *) echo "build.sh: unknown flavour '$flavour' (expected release, asan, tsan or fuzz)" >&2; exit 2 ;;
 esac
 dir=$root/build
 [[ $flavour == release ]] || dir=$root/build-$flavour

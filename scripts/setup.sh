@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  clang clang-format clang-tidy libclang-rt-dev
+  clang clang-format clang-tidy libclang-rt-dev  # libclang-rt: libFuzzer, for scripts/fuzz.sh
   libssl-dev libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
   libtorch-dev python3-torch
   iproute2 procps gnuplot-nox

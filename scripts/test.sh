@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything, on a fresh Debian bookworm machine: installs the dependencies, checks formatting,
 # builds (warnings are errors) and runs every test in a release build, again under ASan+UBSan,
-# runs the store and agent tests under TSan, and runs clang-tidy. Exits non-zero on the first failure.
+# fuzzes each parser for FUZZ_SECONDS (default 20) under libFuzzer, runs the store and agent tests
+# under TSan, and runs clang-tidy. Exits non-zero on the first failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -39,6 +40,10 @@ step "ASan+UBSan build and tests"
 bash scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_ctest build-asan --output-on-failure --timeout 900 -j2
+
+step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS:=20}s under ASan+UBSan (clang)"
+# Long runs by hand: scripts/fuzz.sh 3600 (seconds per target).
+bash scripts/fuzz.sh "$FUZZ_SECONDS"
 
 step "TSan build: store and agent tests"
 bash scripts/build.sh tsan rdzv_tests agent_tests dtrun

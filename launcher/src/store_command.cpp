@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "dtrun/launcher.h"
 #include "dtrun/rendezvous.h"
@@ -24,8 +25,33 @@ struct StoreCommandOptions {
   std::string portFile;
   std::string tokenFile;
   std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
+  std::size_t maxConnections = rdzv::ServerOptions{}.maxConnections;
+  std::size_t maxReplyBacklog = rdzv::ServerOptions{}.maxReplyBacklog;
   std::string logLevel;
 };
+
+// Each connection is a file descriptor: lift the soft limit to the hard one (Debian's soft
+// default, 1024, would refuse clients long before --max-connections) and say when even the hard
+// limit is below what was asked for.
+void raiseFileLimit(std::size_t maxConnections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return;
+  }
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  constexpr rlim_t kSpareDescriptors = 64;  // logs, the listener, the keeper's own client
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < maxConnections + kSpareDescriptors) {
+    log::rdzv().warn(
+        "file descriptor limit {} is below --max-connections {}: accepting fails past about {} "
+        "clients (raise it with ulimit -n or systemd's LimitNOFILE)",
+        limit.rlim_cur, maxConnections,
+        limit.rlim_cur > kSpareDescriptors ? limit.rlim_cur - kSpareDescriptors : 0);
+  }
+}
 
 // Writes atomically (temp file + rename) so a reader polling for the file never sees it half done.
 Status writePortFile(const std::string& path, std::uint16_t port) {
@@ -53,6 +79,7 @@ int runStore(const StoreCommandOptions& options) {
   sigaddset(&stopSignals, SIGTERM);
   sigaddset(&stopSignals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  raiseFileLimit(options.maxConnections);
 
   std::vector<std::pair<std::string, std::string>> conf;
   if (!options.tokenFile.empty()) {
@@ -68,6 +95,8 @@ int runStore(const StoreCommandOptions& options) {
   serverOptions.host = options.host;
   serverOptions.port = static_cast<std::uint16_t>(options.port);
   serverOptions.maxValueLength = options.maxValueLength;
+  serverOptions.maxConnections = options.maxConnections;
+  serverOptions.maxReplyBacklog = options.maxReplyBacklog;
   auto server = rdzv::StoreServer::start(serverOptions);
   if (!server.isOk()) {
     std::cerr << "dtrun store: " << server.status().message()
@@ -117,6 +146,17 @@ std::function<int()> addStoreCommand(CLI::App& app) {
                    "Largest value a client may store")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 31));
+  store
+      ->add_option("--max-connections,--max_connections", options->maxConnections,
+                   "Clients served at once; more are refused with a warning")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
+  store
+      ->add_option("--max-reply-backlog,--max_reply_backlog", options->maxReplyBacklog,
+                   "Bytes of unread replies per client before the store stops reading its "
+                   "requests (and drops it if events pile up as much again)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   store
       ->add_option("--log-level,--log_level", options->logLevel,
                    "trace, debug, info, warn, error (default: DTRUN_LOG_LEVEL or info)")

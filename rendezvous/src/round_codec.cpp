@@ -1,6 +1,8 @@
 #include "round_codec.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <tuple>
@@ -27,6 +29,25 @@ std::optional<T> parseWith(const std::string& text, Fn&& read) {
   }
 }
 
+// nlohmann's get<int>() converts a float, or an integer too large for the type, with a plain
+// cast: undefined behaviour for 3e63. A foreign value must be an integer that fits, or nothing.
+template <typename Int>
+Int integer(const json& j, const char* name) {
+  const json& v = j.at(name);
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max())) {
+      return static_cast<Int>(u);
+    }
+  } else if (v.is_number_integer()) {
+    const auto i = v.get<std::int64_t>();
+    if (i >= std::numeric_limits<Int>::min() && i <= std::numeric_limits<Int>::max()) {
+      return static_cast<Int>(i);
+    }
+  }
+  throw json::other_error::create(501, std::string(name) + ": not an integer in range", nullptr);
+}
+
 json recordJson(const NodeRecord& r) {
   return {{"agent", r.agentId},        {"host", r.host},
           {"nproc", r.nproc},          {"hint", r.nodeRankHint},
@@ -37,9 +58,9 @@ NodeRecord recordFrom(const json& j) {
   NodeRecord r;
   r.agentId = j.at("agent").get<std::string>();
   r.host = j.at("host").get<std::string>();
-  r.nproc = j.at("nproc").get<int>();
-  r.nodeRankHint = j.at("hint").get<int>();
-  r.schedulerOrder = j.at("sched").get<int>();
+  r.nproc = integer<int>(j, "nproc");
+  r.nodeRankHint = integer<int>(j, "hint");
+  r.schedulerOrder = integer<int>(j, "sched");
   r.storeHost = j.at("store_host").get<bool>();
   if (r.nproc < 1) {
     throw json::other_error::create(501, "nproc must be positive", nullptr);
@@ -66,7 +87,7 @@ RoundEnd endFrom(const json& j) {
   e.kind = static_cast<RoundEnd::Kind>(it - kKindNames.begin());
   e.message = j.at("message").get<std::string>();
   e.detail = j.at("detail").get<std::string>();
-  e.exitCode = j.at("exit_code").get<int>();
+  e.exitCode = integer<int>(j, "exit_code");
   return e;
 }
 
@@ -109,15 +130,19 @@ std::string encodeSettings(const RoundSettings& s) {
 std::optional<RoundSettings> decodeSettings(const std::string& text) {
   return parseWith<RoundSettings>(text, [](const json& j) {
     RoundSettings s;
-    s.minNodes = j.at("min").get<int>();
-    s.maxNodes = j.at("max").get<int>();
-    s.maxRestarts = j.at("max_restarts").get<int>();
-    s.joinTimeout = std::chrono::milliseconds(j.at("join_ms").get<std::int64_t>());
-    s.lastCallTimeout = std::chrono::milliseconds(j.at("last_call_ms").get<std::int64_t>());
-    s.closeTimeout = std::chrono::milliseconds(j.at("close_ms").get<std::int64_t>());
-    s.keepAliveInterval = std::chrono::milliseconds(j.at("keep_alive_ms").get<std::int64_t>());
-    s.keepAliveMaxAttempt = j.at("keep_alive_max_attempt").get<int>();
-    if (s.minNodes < 1 || s.maxNodes < s.minNodes || s.keepAliveInterval.count() <= 0) {
+    s.minNodes = integer<int>(j, "min");
+    s.maxNodes = integer<int>(j, "max");
+    s.maxRestarts = integer<int>(j, "max_restarts");
+    s.joinTimeout = std::chrono::milliseconds(integer<std::int64_t>(j, "join_ms"));
+    s.lastCallTimeout = std::chrono::milliseconds(integer<std::int64_t>(j, "last_call_ms"));
+    s.closeTimeout = std::chrono::milliseconds(integer<std::int64_t>(j, "close_ms"));
+    s.keepAliveInterval = std::chrono::milliseconds(integer<std::int64_t>(j, "keep_alive_ms"));
+    s.keepAliveMaxAttempt = integer<int>(j, "keep_alive_max_attempt");
+    // --rdzv_conf's bounds (1e7 s, 1000 attempts): deadAfter() = their product cannot overflow.
+    constexpr std::int64_t kMaxMs = std::int64_t{10'000'000} * 1000;
+    if (s.minNodes < 1 || s.maxNodes < s.minNodes || s.keepAliveInterval.count() <= 0 ||
+        s.keepAliveInterval.count() > kMaxMs || s.keepAliveMaxAttempt < 1 ||
+        s.keepAliveMaxAttempt > 1000) {
       throw json::other_error::create(501, "inconsistent settings", nullptr);
     }
     return s;
@@ -160,12 +185,12 @@ std::optional<AssignValue> decodeAssign(const std::string& text) {
       v.closedBy = endFrom(j.at("closed"));
     } else {
       Assignment& a = v.assignment;
-      a.round = j.at("round").get<int>();
-      a.attempt = j.at("attempt").get<int>();
-      a.nodeRank = j.at("node_rank").get<int>();
-      a.nodeCount = j.at("node_count").get<int>();
-      a.rankOffset = j.at("rank_offset").get<int>();
-      a.worldSize = j.at("world_size").get<int>();
+      a.round = integer<int>(j, "round");
+      a.attempt = integer<int>(j, "attempt");
+      a.nodeRank = integer<int>(j, "node_rank");
+      a.nodeCount = integer<int>(j, "node_count");
+      a.rankOffset = integer<int>(j, "rank_offset");
+      a.worldSize = integer<int>(j, "world_size");
     }
     return v;
   });

@@ -54,14 +54,14 @@ void ServerCore::closeAll() {
 void ServerCore::onWaitReleased(ClientId client) {
   const auto it = sessions_.find(client);
   if (it != sessions_.end()) {
-    it->second->send(std::string_view(&kStopWaiting, 1));
+    it->second->notify(std::string_view(&kStopWaiting, 1));
   }
 }
 
 void ServerCore::onWatchEvent(ClientId client, std::string_view event) {
   const auto it = sessions_.find(client);
   if (it != sessions_.end()) {
-    it->second->send(event);
+    it->second->notify(event);
   }
 }
 
@@ -81,6 +81,8 @@ void Session::start() {
 }
 
 void Session::readSome() {
+  // Grows only with bytes that arrived (never to a length the client merely announced), so a
+  // header claiming a large value costs the server nothing until the value's bytes come.
   if (inSize_ == in_.size()) {
     in_.resize(std::min(in_.size() * 2, core_.limits().maxRequestBytes + 1));
   }
@@ -100,21 +102,61 @@ void Session::onRead(const error_code& ec, std::size_t n) {
     return;
   }
   inSize_ += n;
+  if (handleInput()) {
+    readSome();
+  }
+}
+
+bool Session::handleInput() {
   try {
-    if (!processInput()) {
-      return;
+    while (true) {
+      if (!processInput()) {
+        return false;
+      }
+      // A batch that filled the backlog paused; if its replies then went out at once, go on.
+      if (!paused_ || backlog() > core_.connectionLimits().maxReplyBacklog) {
+        break;
+      }
+      unpause();
     }
   } catch (const std::exception& e) {
     close(std::string("internal error: ") + e.what(), true);
+    return false;
+  }
+  if (paused_ && !pauseLogged_) {
+    pauseLogged_ = true;
+    log::rdzv().warn(
+        "client {} ({}) is not reading its replies: {} bytes unread, over the limit of {} "
+        "(--max-reply-backlog); its requests wait until it catches up",
+        id_, peer_, backlog(), core_.connectionLimits().maxReplyBacklog);
+  }
+  return !paused_;
+}
+
+void Session::unpause() { paused_ = false; }
+
+void Session::resumeIfDrained() {
+  if (closed_ || backlog() > core_.connectionLimits().maxReplyBacklog) {
     return;
   }
-  readSome();
+  notifiedOverLimit_ = 0;
+  if (!paused_) {
+    return;
+  }
+  unpause();
+  if (handleInput()) {
+    readSome();
+  }
 }
 
 bool Session::processInput() {
   std::size_t offset = 0;
   dispatching_ = true;
   while (offset < inSize_ && inSize_ - offset >= pendingNeed_) {
+    if (backlog() > core_.connectionLimits().maxReplyBacklog) {
+      paused_ = true;  // the rest stays in in_ until the client reads what it was sent
+      break;
+    }
     const std::string_view input(in_.data() + offset, inSize_ - offset);
     if (!dialect_) {
       switch (detectDialect(input, core_.limits())) {
@@ -144,10 +186,6 @@ bool Session::processInput() {
     }
     if (outcome.status == ParseStatus::kNeedMore) {
       pendingNeed_ = outcome.needed;
-      // Make room for the whole request now that its size is known (limits already checked).
-      if (outcome.needed > in_.size() - offset) {
-        in_.resize(offset + outcome.needed);
-      }
       break;
     }
     pendingNeed_ = 0;
@@ -345,6 +383,24 @@ void Session::send(std::string_view bytes) {
   }
 }
 
+void Session::notify(std::string_view bytes) {
+  if (closed_) {
+    return;
+  }
+  const std::size_t limit = core_.connectionLimits().maxReplyBacklog;
+  if (backlog() + bytes.size() > limit) {
+    notifiedOverLimit_ += bytes.size();
+    if (notifiedOverLimit_ > limit) {
+      close("slow client dropped: " + std::to_string(backlog() + bytes.size()) +
+                " bytes of unread replies and events, over the limit of " + std::to_string(limit) +
+                " (--max-reply-backlog) twice",
+            true);
+      return;
+    }
+  }
+  send(bytes);
+}
+
 void Session::flush() {
   if (writing_ || outPending_.empty() || closed_) {
     return;
@@ -379,6 +435,7 @@ void Session::flush() {
                         return;
                       }
                       self->flush();
+                      self->resumeIfDrained();
                     });
 }
 

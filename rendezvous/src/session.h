@@ -18,14 +18,24 @@ namespace dtrun::rdzv::detail {
 
 class Session;
 
+// Per-connection resource limits (see ServerOptions::maxConnections and maxReplyBacklog).
+struct ConnectionLimits {
+  std::size_t maxConnections = 16384;
+  std::size_t maxReplyBacklog = std::size_t{64} * 1024 * 1024;
+};
+
 // What sessions share: the key space, the limits and the table of live sessions, which routes
 // the KvState's notifications to the right connection. Event-loop thread only.
 class ServerCore final : public KvListener {
  public:
-  ServerCore(const Limits& limits, std::string token)
-      : limits_(limits), token_(std::move(token)), kv_(*this) {}
+  ServerCore(const Limits& limits, const ConnectionLimits& connectionLimits, std::string token)
+      : limits_(limits),
+        connectionLimits_(connectionLimits),
+        token_(std::move(token)),
+        kv_(*this) {}
 
   [[nodiscard]] const Limits& limits() const { return limits_; }
+  [[nodiscard]] const ConnectionLimits& connectionLimits() const { return connectionLimits_; }
   // "" = no token: every client is served, as by torch's TCPStore.
   [[nodiscard]] const std::string& token() const { return token_; }
   // Hosts that proved the token: clients that cannot (PyTorch's) are served from these only.
@@ -45,6 +55,7 @@ class ServerCore final : public KvListener {
 
  private:
   const Limits limits_;
+  const ConnectionLimits connectionLimits_;
   const std::string token_;
   std::unordered_set<std::string> admittedHosts_;
   KvState kv_;
@@ -62,8 +73,11 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() = default;
 
   void start();
-  // Queues bytes for the client; they are written once the current batch of requests is handled.
+  // Queues a reply for the client; it is written once the current batch of requests is handled.
   void send(std::string_view bytes);
+  // Queues bytes the client did not ask for in its current request (a watch event, a released
+  // wait): a client that lets a backlog limit's worth of them pile up past the limit is dropped.
+  void notify(std::string_view bytes);
   // `reason` is logged (warn when `error`, else debug); pending waits are dropped.
   void close(std::string_view reason, bool error);
   [[nodiscard]] ClientId id() const { return id_; }
@@ -71,6 +85,10 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void readSome();
   void onRead(const boost::system::error_code& ec, std::size_t n);
+  // processInput until it pauses or the buffer holds no complete request; false once closed or
+  // paused (then no read is started: the client's requests wait in in_ and the socket).
+  bool handleInput();
+  void unpause();
   // Handles every complete request in the buffer; false once the session closed.
   bool processInput();
   // False (after closing) if the request is refused.
@@ -79,6 +97,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool authenticate(const Request& request);
   bool admitted();
   void flush();
+  [[nodiscard]] std::size_t backlog() const { return outPending_.size() + outWriting_.size(); }
+  // Called when a write completes: resumes a paused client once its backlog is under the limit.
+  void resumeIfDrained();
 
   boost::asio::ip::tcp::socket socket_;
   const ClientId id_;
@@ -102,6 +123,11 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool dispatching_ = false;
   bool closed_ = false;
+  // Over the backlog limit: requests stay unread (in_ and the socket) until replies drain.
+  bool paused_ = false;
+  // Event bytes queued while over the backlog limit; a limit's worth more drops the client.
+  std::size_t notifiedOverLimit_ = 0;
+  bool pauseLogged_ = false;
 };
 
 }  // namespace dtrun::rdzv::detail

@@ -1,4 +1,5 @@
 // StoreServer: owns the io_context, the listener, the shared state and the event-loop thread.
+#include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -63,6 +64,7 @@ class AsioStoreServer final : public StoreServer {
       : core_(
             detail::Limits{options.maxKeyLength, options.maxValueLength, options.maxKeysPerRequest,
                            std::max(std::size_t{64} * 1024 * 1024, 2 * options.maxValueLength)},
+            detail::ConnectionLimits{options.maxConnections, options.maxReplyBacklog},
             options.token),
         acceptor_(io_),
         retryTimer_(io_) {}
@@ -161,6 +163,11 @@ class AsioStoreServer final : public StoreServer {
         return;
       }
       error_code ignored;
+      if (core_.sessionCount() >= core_.connectionLimits().maxConnections) {
+        refuse(socket);
+        accept();
+        return;
+      }
       socket.set_option(tcp::no_delay(true), ignored);
       auto session = std::make_shared<detail::Session>(std::move(socket), nextClient_++, core_);
       core_.add(session);
@@ -169,12 +176,33 @@ class AsioStoreServer final : public StoreServer {
     });
   }
 
+  // Closes a connection over the limit at once (the client sees EOF and retries or fails with
+  // its own timeout). Logs the first refusal, then at most one line per second with the count.
+  void refuse(tcp::socket& socket) {
+    ++refused_;
+    const auto now = std::chrono::steady_clock::now();
+    if (refused_ == 1 || now - lastRefusalLog_ >= std::chrono::seconds(1)) {
+      error_code ec;
+      const auto peer = socket.remote_endpoint(ec);
+      log::rdzv().warn(
+          "connection from {} refused: limit of {} connections reached (--max-connections); "
+          "{} refused so far",
+          ec ? std::string("unknown peer") : peer.address().to_string(),
+          core_.connectionLimits().maxConnections, refused_);
+      lastRefusalLog_ = now;
+    }
+    error_code ignored;
+    socket.close(ignored);
+  }
+
   asio::io_context io_;
   detail::ServerCore core_;  // stop() closes every session before any member is destroyed
   tcp::acceptor acceptor_;
   asio::steady_timer retryTimer_;
   std::uint16_t port_ = 0;
   detail::ClientId nextClient_ = 1;
+  std::uint64_t refused_ = 0;
+  std::chrono::steady_clock::time_point lastRefusalLog_;
   std::thread thread_;
   std::once_flag stopOnce_;
   std::mutex mutex_;

@@ -24,6 +24,15 @@ struct ServerOptions {
   std::size_t maxKeyLength = std::size_t{8} * 1024;
   std::size_t maxValueLength = std::size_t{8} * 1024 * 1024;
   std::size_t maxKeysPerRequest = std::size_t{128} * 1024;
+  // Connections served at once. One more is accepted and closed straight away, with a warning
+  // ("connection from ... refused: limit of N connections reached"); the process also needs
+  // that many file descriptors (`dtrun store` raises its soft RLIMIT_NOFILE to the hard one).
+  std::size_t maxConnections = 16384;
+  // Reply bytes a client has not read yet. Over it, the server stops reading that client's
+  // requests until it catches up (a slow reader slows only itself); a client that is then sent
+  // this much again in events it did not ask for (WATCH_KEY) is dropped. With the request limit
+  // this bounds a connection's memory: about 2 x request + backlog + one reply.
+  std::size_t maxReplyBacklog = std::size_t{64} * 1024 * 1024;
   // Non-empty: a client must prove it (a challenge-response over HMAC-SHA256, the token never
   // travels), except clients from a host where one already did: PyTorch's clients cannot, and are
   // served from the job's hosts only.

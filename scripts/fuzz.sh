@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (preset fuzz: clang, ASan+UBSan -> build-fuzz/) and runs each
+# for SECONDS, starting from the seed corpus in tests/fuzz/corpus/<target>/ and past crashes.
+# Inputs that grow coverage go to build-fuzz/corpus/<target>/ (kept, never committed); a crash,
+# leak, timeout or broken invariant stops with the input saved under build-fuzz/crashes/<target>/
+# and a non-zero exit. Add such an input to tests/fuzz/regressions/<target>/ once fixed: the
+# fuzz/ Catch2 tests replay it in every build from then on.
+# Usage: scripts/fuzz.sh [SECONDS per target, default 30] [target...]
+#   CI: scripts/test.sh runs it with 20 (80 s of fuzzing in all); long runs: scripts/fuzz.sh 3600
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-30}
+shift || true
+all_targets=(store_request round_codec launch_options hostlist)
+targets=("$@")
+((${#targets[@]} > 0)) || targets=("${all_targets[@]}")
+if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds < 1)); then
+  echo "fuzz.sh: SECONDS must be a whole number >= 1, got '$seconds'" >&2
+  exit 2
+fi
+for t in "${targets[@]}"; do
+  if [[ ! " ${all_targets[*]} " == *" $t "* ]]; then
+    echo "fuzz.sh: unknown target '$t' (expected: ${all_targets[*]})" >&2
+    exit 2
+  fi
+done
+
+runtime=$(clang++ --print-runtime-dir 2>/dev/null || true)
+if [[ ! -f $runtime/libclang_rt.fuzzer-x86_64.a && ! -f $runtime/libclang_rt.fuzzer.a ]]; then
+  echo "fuzz.sh: clang's libFuzzer is missing (looked in '${runtime:-no clang++}'); install it:" \
+    "apt-get install clang libclang-rt-dev (scripts/setup.sh does)" >&2
+  exit 2
+fi
+build=$root/build-fuzz
+bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" >/dev/null
+
+summary=()
+status=0
+for t in "${targets[@]}"; do
+  corpus=$build/corpus/$t
+  crashes=$build/crashes/$t
+  log=$build/fuzz-$t.log
+  mkdir -p "$corpus" "$crashes"
+  # Past crashes are seeds too: a fix that regresses fails at once.
+  regressions=()
+  [[ ! -d $root/tests/fuzz/regressions/$t ]] || regressions=("$root/tests/fuzz/regressions/$t")
+  echo "fuzz.sh: $t for ${seconds}s (log: $log)"
+  rc=0
+  # -timeout: one input running over 10 s is a hang; -rss_limit_mb: over 2 GiB is a leak or a
+  # runaway allocation. Both are reported as failures like a crash.
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=8192 -print_final_stats=1 -artifact_prefix="$crashes/" \
+    "$corpus" "$root/tests/fuzz/corpus/$t" "${regressions[@]}" >"$log" 2>&1 || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2 || true)
+  line=$(printf '%-16s %4ss %12s executions  %6s edges  %5s inputs in corpus' "$t" "$seconds" \
+    "${runs:-?}" "${cov:-?}" "$(find "$corpus" -type f | wc -l)")
+  if ((rc != 0)); then
+    line+="  FAILED (exit $rc): see $log and $crashes/"
+    tail -n 40 "$log" >&2
+    status=1
+  fi
+  summary+=("$line")
+done
+printf '\nfuzz summary:\n'
+printf '  %s\n' "${summary[@]}"
+exit "$status"

@@ -1,0 +1,83 @@
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrun/scheduler.h"
+
+#include "fuzz_targets.h"
+
+namespace dtrun::fuzz {
+namespace {
+
+constexpr std::string_view kName = "hostlist";
+
+void checkErrorLine(const Status& status) {
+  assertInvariant(!status.message().empty(), kName, "an error without a message");
+  assertInvariant(status.message().find('\n') == std::string::npos, kName,
+                  "an error message spans several lines: " + status.message());
+}
+
+std::vector<std::string_view> lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void hostlist(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) {
+    return;
+  }
+  // First byte: the --scheduler mode. Then lines: each one is tried as a host list and as a
+  // count list, and "NAME=value" lines form the environment detect() reads ("PBS_NODEFILE=f"
+  // makes the nodefile the text after the first empty line).
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): fuzz input is raw bytes
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  const std::size_t blank = text.find("\n\n");
+  const std::string_view head = text.substr(0, blank);
+  const std::string nodefile(blank == std::string_view::npos ? "" : text.substr(blank + 2));
+
+  scheduler::JobEnvironment job;
+  job.hostName = "node2";
+  job.readFile = [&nodefile](const std::string&) { return std::optional<std::string>(nodefile); };
+  for (const std::string_view line : lines(head)) {
+    if (auto hosts = scheduler::expandHostlist(line); hosts.isOk()) {
+      assertInvariant(hosts.value().size() <= scheduler::kMaxHosts, kName,
+                      "a host list expands past kMaxHosts");
+      for (const auto& host : hosts.value()) {
+        assertInvariant(!host.empty(), kName, "a host list yields an empty host name");
+      }
+    } else {
+      checkErrorLine(hosts.status());
+    }
+    if (auto counts = scheduler::expandCounts(line); !counts.isOk()) {
+      checkErrorLine(counts.status());
+    }
+    const std::size_t equals = line.find('=');
+    if (equals != std::string_view::npos) {
+      job.env[std::string(line.substr(0, equals))] = std::string(line.substr(equals + 1));
+    }
+  }
+  const auto modes = {scheduler::Mode::kAuto, scheduler::Mode::kSlurm, scheduler::Mode::kPbs,
+                      scheduler::Mode::kNone};
+  const scheduler::Mode mode = *(modes.begin() + data[0] % modes.size());
+  const auto allocation = scheduler::detect(mode, job);
+  if (!allocation.isOk()) {
+    checkErrorLine(allocation.status());
+    return;
+  }
+  if (const auto& a = allocation.value()) {
+    assertInvariant(!a->hosts.empty(), kName, "an allocation without hosts");
+    assertInvariant(a->nodeIndex >= 0 && static_cast<std::size_t>(a->nodeIndex) < a->hosts.size(),
+                    kName, "this node's index is outside the host list");
+    static_cast<void>(scheduler::jobPort(*a));
+  }
+}
+
+}  // namespace dtrun::fuzz
