@@ -64,8 +64,8 @@ JobCoordinator::JobCoordinator(asio::io_context& io, std::unique_ptr<rdzv::Round
   waiter_ = std::make_unique<TaskThread>();
   // The heartbeat runs inline on the notifier thread: posting it through notifier_ from that
   // thread would race with ~JobCoordinator, which nulls notifier_ before joining the thread.
-  notifier_ = std::make_unique<TaskThread>(keepAliveInterval,
-                                           [this] { send([this] { return member_->heartbeat(); }); });
+  notifier_ = std::make_unique<TaskThread>(
+      keepAliveInterval, [this] { send([this] { return member_->heartbeat(); }); });
   notify([this] { return member_->heartbeat(); });
 }
 

@@ -3,7 +3,7 @@
 # loopback or in three network namespaces), each hit by one random fault at a random time while
 # the job runs; every run is then checked against the outcome its fault must have.
 #   bash tests/integration/fault_campaign_test.sh /abs/path/to/build/launcher/dtrun
-# Short form (CI): 20 runs (8 for a sanitizer build, found by its build-asan/build-tsan path).
+# Short form (CI): 20 runs (10 for a sanitizer build, found by its build-asan/build-tsan path).
 # Long form: FAULT_RUNS=500 bash tests/integration/fault_campaign_test.sh build/launcher/dtrun
 # Settings (environment):
 #   FAULT_RUNS=N     number of runs
@@ -12,6 +12,7 @@
 #   FAULT_NET=M      auto (default: netns when root with iproute2 and nsenter, else loopback),
 #                    loopback or netns
 #   FAULT_BOUND=T    seconds a run may last (default 40, 90 for a sanitizer build)
+#   FAULT_KINDS=K,.. draw only these faults (names below; default: all that the hosts allow)
 #   FAULT_STRICT=1   count orphans of a SIGKILLed agent's workers (see below) as unexpected
 #
 # Faults and the outcome each must have (nodes 0..2; node 0's agent hosts the store; "min" is
@@ -60,7 +61,7 @@ source "$HERE/lib/wait_agent.sh"
 
 sanitized=0
 [[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || sanitized=1
-RUNS=${FAULT_RUNS:-$((sanitized ? 8 : 20))}
+RUNS=${FAULT_RUNS:-$((sanitized ? 10 : 20))}
 SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ONLY=${FAULT_ONLY:-}
 BOUND=${FAULT_BOUND:-$((sanitized ? 90 : 40))}
@@ -70,6 +71,12 @@ for v in RUNS SEED BOUND; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
 done
 [[ -z $ONLY || $ONLY =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_ONLY must be a run number" >&2; exit 2; }
+all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term link-down)
+KINDS=${FAULT_KINDS:-$(IFS=,; echo "${all_kinds[*]}")}
+for k in ${KINDS//,/ }; do
+  [[ " ${all_kinds[*]} " == *" $k "* ]] ||
+    { echo "fault_campaign: FAULT_KINDS: unknown fault '$k' (known: ${all_kinds[*]})" >&2; exit 2; }
+done
 case $NET in auto | loopback | netns) ;; *)
   echo "fault_campaign: FAULT_NET must be auto, loopback or netns, got '$NET'" >&2
   exit 2 ;;
@@ -105,9 +112,13 @@ marked_pids() {
   for f in $(grep -lz "^DTRUN_FAULT_MARK=$1" /proc/[0-9]*/environ 2>/dev/null); do
     pid=${f#/proc/}
     pid=${pid%/environ}
-    [[ $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) == Z ]] || echo "$pid"
+    [[ $(proc_state "$pid") == Z ]] || echo "$pid"
   done
 }
+
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+# True while $1 runs (a zombie, exited but not yet reaped, counts as ended).
+running() { kill -0 "$1" 2>/dev/null && [[ $(proc_state "$1") != Z ]]; }
 
 # ---- hosts: network namespaces (when possible) -----------------------------------------------
 netns=0
@@ -131,8 +142,9 @@ if [[ $NET != loopback ]]; then
       done
     fi
   fi
-  if [[ $netns -eq 0 && $NET == netns ]]; then
-    echo "fault_campaign: FAIL: FAULT_NET=netns needs root, iproute2, nsenter and namespaces" >&2
+  if [[ $netns -eq 0 && ($NET == netns || $KINDS == link-down) ]]; then
+    echo "fault_campaign: FAIL: netns hosts (FAULT_NET=netns, link-down) need root, iproute2," \
+      "nsenter and namespaces" >&2
     exit 1
   fi
 fi
@@ -175,8 +187,13 @@ run_one() {
   local net=loopback
   pick loopback netns
   [[ $netns -eq 0 ]] || net=$picked
-  local kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term)
-  [[ $net == netns ]] && kinds+=(link-down link-down)
+  local kinds=() k
+  for k in "${all_kinds[@]}"; do
+    [[ ,$KINDS, == *,$k,* ]] || continue
+    [[ $k != link-down ]] && kinds+=("$k") || { [[ $net != netns ]] || kinds+=("$k" "$k"); }
+  done
+  [[ ${#kinds[@]} -gt 0 ]] || kinds=(link-down)  # FAULT_KINDS=link-down: every run in netns
+  [[ ${kinds[0]} != link-down || $netns -eq 0 ]] || net=netns
   local kind backend min victim signal="" local_rank=0 delay_ms
   pick "${kinds[@]}" && kind=$picked
   pick static c10d && backend=$picked
@@ -271,22 +288,22 @@ run_one() {
   # ---- every agent ends within the bound (else: who was still running, and on what) ----
   local rcs=() hung=0
   for i in 0 1 2; do
-    while kill -0 "${pid_of[i]}" 2>/dev/null && ((SECONDS < start + BOUND)); do
-      [[ $(sed 's/.*) //' "/proc/${pid_of[i]}/stat" 2>/dev/null | cut -d' ' -f1) == Z ]] && break
+    while running "${pid_of[i]}"; do
+      if ((SECONDS >= start + BOUND)); then
+        hung=1
+        bad "node$i's agent (pid ${pid_of[i]}) still runs after ${BOUND}s" \
+          "(state $(proc_state "${pid_of[i]}"))"
+        break
+      fi
       sleep 0.1
     done
-    if kill -0 "${pid_of[i]}" 2>/dev/null &&
-      [[ $(sed 's/.*) //' "/proc/${pid_of[i]}/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]; then
-      hung=1
-      bad "node$i's agent (pid ${pid_of[i]}) still runs after ${BOUND}s"
-    fi
   done
   if [[ $hung -eq 1 ]]; then
     echo "fault_campaign: run $idx hung; still running:" >&2
     local p
     for p in $(marked_pids "$mark-"); do
       echo "    pid $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-100))" \
-        "state $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)" \
+        "state $(proc_state "$p")" \
         "waiting in $(cat "/proc/$p/wchan" 2>/dev/null)" >&2
     done
     for i in 0 1 2; do
@@ -496,8 +513,8 @@ run_one() {
   agent_pids=()
 }
 
-echo "fault_campaign: seed $SEED, $RUNS run(s), hosts: $nets, bound ${BOUND}s per run" \
-  "(replay one run: FAULT_SEED=$SEED FAULT_ONLY=<run> bash $0 $DTRUN)"
+echo "fault_campaign: seed $SEED, $RUNS run(s), faults: $KINDS; hosts: $nets, bound ${BOUND}s" \
+  "per run (replay one run: FAULT_SEED=$SEED FAULT_ONLY=<run> FAULT_KINDS=$KINDS bash $0 $DTRUN)"
 if [[ -n $ONLY ]]; then
   run_one "$ONLY"
 else
