@@ -47,6 +47,11 @@ int pidfdSendSignal(int pidfd, int signal) {
   if (request.stderrFd >= 0) {
     ::dup2(request.stderrFd, STDERR_FILENO);
   }
+  // Nothing of the agent's beyond stdio may reach the worker: an inherited listening socket
+  // would keep the store's port bound (and accept connections nobody answers) for as long as
+  // any descendant of the worker lives, e.g. after the agent was killed. CLOEXEC rather than
+  // close: the error pipe must stay usable should execve fail.
+  static_cast<void>(::close_range(STDERR_FILENO + 1, ~0U, CLOSE_RANGE_CLOEXEC));
   ::execve(request.path.c_str(), argv, envp);
   const int err = errno;
   [[maybe_unused]] const ssize_t written = ::write(errorPipe, &err, sizeof err);

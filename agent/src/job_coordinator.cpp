@@ -47,7 +47,9 @@ void TaskThread::loop() {
       wake_.wait(lock);
       continue;
     }
-    if (wake_.wait_until(lock, nextIdle) == std::cv_status::timeout) {
+    // A timeout that races with the destructor's wake-up must not run `idle` once stopping:
+    // the owner is already being torn down.
+    if (wake_.wait_until(lock, nextIdle) == std::cv_status::timeout && !stopping_) {
       nextIdle = std::chrono::steady_clock::now() + period_;
       lock.unlock();
       idle_();
@@ -60,11 +62,10 @@ JobCoordinator::JobCoordinator(asio::io_context& io, std::unique_ptr<rdzv::Round
                                std::chrono::milliseconds keepAliveInterval, OnError onStoreLost)
     : io_(io), member_(std::move(member)), onStoreLost_(std::move(onStoreLost)) {
   waiter_ = std::make_unique<TaskThread>();
-  notifier_ = std::make_unique<TaskThread>(keepAliveInterval, [this] {
-    if (!lost_.load()) {
-      notify([this] { return member_->heartbeat(); });
-    }
-  });
+  // The heartbeat runs inline on the notifier thread: posting it through notifier_ from that
+  // thread would race with ~JobCoordinator, which nulls notifier_ before joining the thread.
+  notifier_ = std::make_unique<TaskThread>(
+      keepAliveInterval, [this] { send([this] { return member_->heartbeat(); }); });
   notify([this] { return member_->heartbeat(); });
 }
 
@@ -123,14 +124,16 @@ void JobCoordinator::leave(const std::string& why) {
 }
 
 void JobCoordinator::notify(std::function<Status()> call) {
-  notifier_->post([this, call = std::move(call)] {
-    if (lost_.load()) {
-      return;
-    }
-    if (auto s = call(); !s.isOk() && !lost_.exchange(true)) {
-      asio::post(io_, [this, s] { onStoreLost_(s); });
-    }
-  });
+  notifier_->post([this, call = std::move(call)] { send(call); });
+}
+
+void JobCoordinator::send(const std::function<Status()>& call) {
+  if (lost_.load()) {
+    return;
+  }
+  if (auto s = call(); !s.isOk() && !lost_.exchange(true)) {
+    asio::post(io_, [this, s] { onStoreLost_(s); });
+  }
 }
 
 }  // namespace dtrun::agent::detail

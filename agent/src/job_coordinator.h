@@ -66,6 +66,8 @@ class JobCoordinator {
  private:
   // Runs `call` on the notifier thread; a failure goes to onStoreLost (once).
   void notify(std::function<Status()> call);
+  // Runs `call` here, on the notifier thread; a failure goes to onStoreLost (once).
+  void send(const std::function<Status()>& call);
 
   boost::asio::io_context& io_;
   std::unique_ptr<rdzv::RoundMember> member_;

@@ -1,5 +1,6 @@
 #include "child_process.h"
 
+#include <array>
 #include <fstream>
 #include <thread>
 
@@ -124,4 +125,17 @@ TEST_CASE("a worker dies with its agent (PR_SET_PDEATHSIG)", "[unit][agent]") {
   }  // SIGKILLs the agent
   CHECK(dtrun::testing::waitUntil([&] { return !alive(worker); }, 2s));
   std::remove(pidFile.c_str());
+}
+
+TEST_CASE("a worker inherits no file descriptor of the agent's beyond stdio", "[unit][agent]") {
+  // Opened without O_CLOEXEC, as asio opens its sockets: the store's listening socket, inherited
+  // by a worker's descendants, kept the port bound after the agent was killed.
+  std::array<int, 2> fds{};
+  REQUIRE(::pipe(fds.data()) == 0);
+  const std::string fd = std::to_string(fds[1]);
+  auto child = ChildProcess::spawn(shell("[ -L /proc/$$/fd/" + fd + " ] && exit 1; exit 0"));
+  REQUIRE(child.isOk());
+  CHECK(waitFor(child.value()).success());
+  ::close(fds[0]);
+  ::close(fds[1]);
 }

@@ -1,0 +1,538 @@
+#!/usr/bin/env bash
+# Fault-injection campaign: repeated runs of a 3-node job (3 dtrun agents, 1-2 workers each, on
+# loopback or in three network namespaces), each hit by one random fault at a random time while
+# the job runs; every run is then checked against the outcome its fault must have.
+#   bash tests/integration/fault_campaign_test.sh /abs/path/to/build/launcher/dtrun
+# Short form (CI): 20 runs (10 for a sanitizer build, found by its build-asan/build-tsan path).
+# Long form: FAULT_RUNS=500 bash tests/integration/fault_campaign_test.sh build/launcher/dtrun
+# Settings (environment):
+#   FAULT_RUNS=N     number of runs
+#   FAULT_SEED=S     seed of the campaign (printed; default: from the clock)
+#   FAULT_ONLY=I     replay run I of seed S alone (every run draws from S and its own index)
+#   FAULT_NET=M      auto (default: netns when root with iproute2 and nsenter, else loopback),
+#                    loopback or netns
+#   FAULT_BOUND=T    seconds a run may last (default 40, 90 for a sanitizer build)
+#   FAULT_KINDS=K,.. draw only these faults (names below; default: all that the hosts allow)
+#   FAULT_STRICT=1   count orphans of a SIGKILLed agent's workers (see below) as unexpected
+#
+# Faults and the outcome each must have (nodes 0..2; node 0's agent hosts the store; "min" is
+# the job's minimum node count: 3 for static rendezvous, 2 or 3 for c10d 2:3 / 3:3):
+#   worker-restart  a worker dies of a random signal (KILL TERM SEGV ABRT HUP USR1), restarts
+#                   left: every agent exits 0, the victim's agent names its rank and pid, the
+#                   job's next round is attempt 1 everywhere and its workers see
+#                   TORCHELASTIC_RESTART_COUNT=1.
+#   worker-final    the same with no restarts left: every agent exits 128+signal, and every
+#                   agent's failure report names the victim's rank, local rank, pid and -signal.
+#   agent-kill      SIGKILL to node 1 or 2's agent: min 2: the survivors name the node (no
+#                   heartbeat), form round 1 of 2 nodes (attempt 0: not charged) and exit 0;
+#                   min 3: they exit 1 naming it ("below the 3 required ... lost node N").
+#   agent-term      SIGTERM/SIGINT/SIGHUP/SIGQUIT to node 1 or 2's agent: it exits 128+signal
+#                   after stopping its workers; the survivors are told "node N ... left the job"
+#                   at once, then as for agent-kill.
+#   host-kill       SIGKILL to node 0's agent (the store): the others exit 1 naming the store
+#                   ("lost the rendezvous store at ADDR:PORT").
+#   host-term       SIGTERM/SIGINT/SIGHUP/SIGQUIT to node 0's agent: it exits 128+signal; the
+#                   others exit 1 naming the store, or node 0 ("lost node 0").
+#   link-down       (netns only) node N's link goes down: N=1,2: N exits 1 naming the store; the
+#                   survivors as for agent-kill. N=0: nodes 1 and 2 exit 1 naming the store;
+#                   node 0 exits 1 (its peers are lost: below min, or join_timeout).
+# Checks after every run, whatever the fault:
+#   - every agent ended within the run's bound (else: a dump of who was still running and what
+#     each was waiting for, then kill -9);
+#   - exit codes and report lines as above;
+#   - no process of the job is left: every agent gets a marker variable, inherited by its
+#     workers and theirs; /proc/*/environ is scanned for it (by PID). Known limitation: after
+#     SIGKILL of an agent its workers die (PR_SET_PDEATHSIG) but their own children do not (no
+#     one is left to kill their process group); those are counted as "orphans" and killed here;
+#   - no port of the job stays bound (loopback: the store's port; netns: any listening socket
+#     in the hosts' namespaces), and no worker inherited a socket from its agent;
+#   - the store's counters agree: every agent's rounds (number, nodes, world size, attempt)
+#     match the keeper's log, workers' TORCHELASTIC_RESTART_COUNT, GROUP_WORLD_SIZE and
+#     WORLD_SIZE match their agent's round, world size = the sum of the round's nproc.
+# Safety: loopback, or namespaces of our own on 10.216.X.0/24 (prefix "dflt") behind a
+# blackhole route; every process is stopped by its PID; everything is removed on exit.
+set -uo pipefail
+
+DTRUN=${1:?usage: fault_campaign_test.sh /path/to/dtrun}
+HERE=$(cd "$(dirname "$0")" && pwd)
+WORKER=$HERE/workers/fault_worker.sh
+# shellcheck source=lib/wait_agent.sh
+source "$HERE/lib/wait_agent.sh"
+
+sanitized=0
+[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || sanitized=1
+RUNS=${FAULT_RUNS:-$((sanitized ? 10 : 20))}
+SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
+ONLY=${FAULT_ONLY:-}
+BOUND=${FAULT_BOUND:-$((sanitized ? 90 : 40))}
+STRICT=${FAULT_STRICT:-0}
+NET=${FAULT_NET:-auto}
+for v in RUNS SEED BOUND; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
+done
+[[ -z $ONLY || $ONLY =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_ONLY must be a run number" >&2; exit 2; }
+all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term link-down)
+KINDS=${FAULT_KINDS:-$(IFS=,; echo "${all_kinds[*]}")}
+for k in ${KINDS//,/ }; do
+  [[ " ${all_kinds[*]} " == *" $k "* ]] ||
+    { echo "fault_campaign: FAULT_KINDS: unknown fault '$k' (known: ${all_kinds[*]})" >&2; exit 2; }
+done
+case $NET in auto | loopback | netns) ;; *)
+  echo "fault_campaign: FAULT_NET must be auto, loopback or netns, got '$NET'" >&2
+  exit 2 ;;
+esac
+# Dead after 2 s of silence, store lost after 4 s: fast, yet far above a loaded machine's jitter.
+CONF=keep_alive_interval=0.5,keep_alive_max_attempt=4,read_timeout=4,last_call_timeout=0.5
+CONF=$CONF,close_timeout=5,join_timeout=15
+ulimit -c 0  # workers dying of SIGSEGV/SIGABRT leave no core files
+unset PET_NNODES PET_NODE_RANK PET_RDZV_ENDPOINT PET_RDZV_BACKEND PET_RDZV_CONF PET_MAX_RESTARTS \
+  PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_RDZV_ID PET_LOG_DIR
+
+work=$(mktemp -d)
+tag=dflt$(($$ % 10000))
+subnet=10.216.$(($$ % 250 + 1))
+sw=$tag-sw
+made=()
+route_added=0
+agent_pids=()
+cleanup() {
+  local p ns
+  for p in "${agent_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${agent_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for p in $(marked_pids "fault-$SEED-$$-"); do kill -9 "$p" 2>/dev/null || true; done
+  for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+  [[ $route_added -eq 0 ]] || ip route del blackhole "$subnet.0/24" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The PIDs of live (not zombie) processes whose environment has DTRUN_FAULT_MARK=<prefix>...
+marked_pids() {
+  local f pid
+  for f in $(grep -lz "^DTRUN_FAULT_MARK=$1" /proc/[0-9]*/environ 2>/dev/null); do
+    pid=${f#/proc/}
+    pid=${pid%/environ}
+    [[ $(proc_state "$pid") == Z ]] || echo "$pid"
+  done
+}
+
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+# True while $1 runs (a zombie, exited but not yet reaped, counts as ended).
+running() { kill -0 "$1" 2>/dev/null && [[ $(proc_state "$1") != Z ]]; }
+
+# ---- hosts: network namespaces (when possible) -----------------------------------------------
+netns=0
+if [[ $NET != loopback ]]; then
+  if [[ $(id -u) -eq 0 ]] && command -v ip >/dev/null && command -v nsenter >/dev/null &&
+    ip route add blackhole "$subnet.0/24" 2>/dev/null; then
+    route_added=1
+    if ip netns add "$sw" 2>/dev/null; then
+      made+=("$sw")
+      netns=1
+      ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up &&
+        ip -n "$sw" link set lo up || netns=0
+      for i in 0 1 2; do
+        ns=$tag-node$((i + 1))
+        ip netns add "$ns" && made+=("$ns") &&
+          ip -n "$ns" link set lo up &&
+          ip link add eth0 netns "$ns" type veth peer name "v-node$((i + 1))" netns "$sw" &&
+          ip -n "$sw" link set "v-node$((i + 1))" master br0 up &&
+          ip -n "$ns" addr add "$subnet.$((11 + i))/24" dev eth0 &&
+          ip -n "$ns" link set eth0 up || netns=0
+      done
+    fi
+  fi
+  if [[ $netns -eq 0 && ($NET == netns || $KINDS == link-down) ]]; then
+    echo "fault_campaign: FAIL: netns hosts (FAULT_NET=netns, link-down) need root, iproute2," \
+      "nsenter and namespaces" >&2
+    exit 1
+  fi
+fi
+[[ $netns -eq 1 ]] && nets="loopback, netns ($subnet.0/24)" || nets="loopback (no network namespaces here)"
+
+# An agent's output without its start-up banner (the launch configs, the OMP notice).
+without_banner() { awk '/launch configs:/ { skip = 1; next } /^\[/ { skip = 0 } !skip && !/^\*+$|OMP_NUM/'; }
+
+# ---- one run ---------------------------------------------------------------------------------
+signal_number() { kill -l "$1"; }
+# The run's random numbers: a 63-bit LCG seeded from a hash of (seed, run), so that any run
+# replays alone and neighbouring seeds take unrelated paths.
+rng=0
+seed_rng() {
+  rng=$(printf '%s' "$1" | cksum | cut -d' ' -f1)
+  roll 2
+  roll 2
+}
+roll() {  # roll <n>: a number in 0..n-1, in $rolled
+  rng=$(((rng * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff))
+  rolled=$(((rng >> 31) % $1))
+}
+pick() {  # pick <choices...>: one of them, in $picked
+  local a=("$@")
+  roll ${#a[@]}
+  picked=${a[rolled]}
+}
+
+declare -A kind_runs=() kind_ok=() kind_bad=()
+runs_done=0
+faults=0
+ok_runs=0
+orphans_total=0
+bad_lines=()
+
+# run_one <index>: draws the run's shape and fault from (SEED, index), runs it, checks it.
+run_one() {
+  local idx=$1
+  seed_rng "$SEED:$idx"
+  local net=loopback
+  pick loopback netns
+  [[ $netns -eq 0 ]] || net=$picked
+  local kinds=() k
+  for k in "${all_kinds[@]}"; do
+    [[ ,$KINDS, == *,$k,* ]] || continue
+    [[ $k != link-down ]] && kinds+=("$k") || { [[ $net != netns ]] || kinds+=("$k" "$k"); }
+  done
+  [[ ${#kinds[@]} -gt 0 ]] || kinds=(link-down)  # FAULT_KINDS=link-down: every run in netns
+  [[ ${kinds[0]} != link-down || $netns -eq 0 ]] || net=netns
+  local kind backend min victim signal="" local_rank=0 delay_ms
+  pick "${kinds[@]}" && kind=$picked
+  pick static c10d && backend=$picked
+  min=3
+  [[ $backend == c10d ]] && pick 2 3 && min=$picked
+  local nproc=() i
+  for i in 0 1 2; do roll 2 && nproc[i]=$((rolled + 1)); done
+  roll 1500 && delay_ms=$rolled
+  case $kind in
+    worker-*) roll 3 && victim=$rolled
+      roll "${nproc[victim]}" && local_rank=$rolled
+      pick KILL TERM SEGV ABRT HUP USR1 && signal=$picked ;;
+    agent-kill) roll 2 && victim=$((rolled + 1)) && signal=KILL ;;
+    agent-term) roll 2 && victim=$((rolled + 1)) && pick TERM INT HUP QUIT && signal=$picked ;;
+    host-kill) victim=0; signal=KILL ;;
+    host-term) victim=0; pick TERM INT HUP QUIT && signal=$picked ;;
+    link-down) roll 3 && victim=$rolled ;;
+  esac
+  local restarts=0
+  [[ $kind != worker-restart ]] || { roll 2 && restarts=$((rolled + 1)); }
+  local desc="net=$net backend=$backend nnodes=$min:3 nproc=${nproc[0]},${nproc[1]},${nproc[2]}"
+  desc+=" max_restarts=$restarts fault=$kind victim=node$victim"
+  [[ $kind == worker-* ]] && desc+=" local_rank=$local_rank"
+  [[ -n $signal ]] && desc+=" signal=SIG$signal"
+  desc+=" delay=${delay_ms}ms"
+
+  local dir=$work/r$idx run_id=f$idx mark=fault-$SEED-$$-$idx
+  mkdir -p "$dir/pids"
+  local addr=127.0.0.1 port
+  if [[ $net == netns ]]; then
+    addr=$subnet.11
+    port=$((29400 + idx % 1000))
+  else
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+      echo $((20000 + (SEED + idx) % 20000)))
+  fi
+  local rdzv=()
+  if [[ $backend == static ]]; then
+    rdzv=(--nnodes=3 --master_addr="$addr" --master_port="$port")
+  else
+    rdzv=(--nnodes="$min":3 --rdzv_backend=c10d --rdzv_endpoint="$addr:$port")
+  fi
+  local pid_of=() start=$SECONDS
+  for i in 0 1 2; do
+    local args=(--log_dir="$dir/logs$i" "${rdzv[@]}" --node_rank="$i" --rdzv_id="$run_id"
+      --rdzv_conf="$CONF,is_host=$((i == 0 ? 1 : 0))" --max_restarts="$restarts"
+      --nproc_per_node="${nproc[i]}" --shutdown_timeout=3 --no_python "$WORKER" "$dir/pids" 3)
+    if [[ $net == netns ]]; then
+      DTRUN_FAULT_MARK=$mark-node$i nsenter --net="/run/netns/$tag-node$((i + 1))" -- \
+        unshare --uts -- /bin/sh -c 'hostname "$1" && shift && exec "$@"' on "node$((i + 1))" \
+        "$DTRUN" "${args[@]}" >"$dir/$i.out" 2>&1 &
+    else
+      DTRUN_FAULT_MARK=$mark-node$i "$DTRUN" "${args[@]}" >"$dir/$i.out" 2>&1 &
+    fi
+    pid_of[i]=$!
+    agent_pids+=("$!")
+  done
+
+  local reasons=()
+  bad() { reasons+=("$*"); }
+  # The job runs once every worker of attempt 0 registered; then the fault, after the delay.
+  local total=$((nproc[0] + nproc[1] + nproc[2])) n=0
+  for _ in $(seq $((BOUND * 10))); do
+    n=$(find "$dir/pids" -name "$run_id.*" ! -name '*.tmp' | wc -l)
+    [[ $n -ge $total ]] && break
+    sleep 0.1
+  done
+  local victim_pid="" grandchildren=()
+  if [[ $n -lt $total ]]; then
+    bad "the job did not start: $n of $total workers registered within ${BOUND}s"
+  else
+    sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    case $kind in
+      worker-*)
+        local f
+        f=$(find "$dir/pids" -name "$run_id.$victim.$local_rank.0.*" | head -n 1)
+        read -r victim_pid _ <"$f"
+        kill -s "$signal" "$victim_pid" ;;
+      link-down) ip -n "$sw" link set "v-node$((victim + 1))" down ;;
+      *) victim_pid=${pid_of[victim]}
+        kill -s "$signal" "$victim_pid" ;;
+    esac
+    faults=$((faults + 1))
+  fi
+  if [[ $signal == KILL && $kind != worker-* ]]; then
+    local f
+    for f in "$dir/pids/$run_id.$victim".*; do
+      [[ -e $f ]] && grandchildren+=("$(cut -d' ' -f2 "$f")")
+    done
+  fi
+
+  # ---- every agent ends within the bound (else: who was still running, and on what) ----
+  local rcs=() hung=0
+  for i in 0 1 2; do
+    while running "${pid_of[i]}"; do
+      if ((SECONDS >= start + BOUND)); then
+        hung=1
+        bad "node$i's agent (pid ${pid_of[i]}) still runs after ${BOUND}s" \
+          "(state $(proc_state "${pid_of[i]}"))"
+        break
+      fi
+      sleep 0.1
+    done
+  done
+  if [[ $hung -eq 1 ]]; then
+    echo "fault_campaign: run $idx hung; still running:" >&2
+    local p
+    for p in $(marked_pids "$mark-"); do
+      echo "    pid $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-100))" \
+        "state $(proc_state "$p")" \
+        "waiting in $(cat "/proc/$p/wchan" 2>/dev/null)" >&2
+    done
+    for i in 0 1 2; do
+      echo "    node$i's last lines:" >&2
+      without_banner <"$dir/$i.out" | tail -n 4 | sed 's/^/      | /' >&2
+    done
+  fi
+  for i in 0 1 2; do
+    wait_agent "${pid_of[i]}" "$SECONDS"
+    rcs[i]=$rc
+  done
+  local took=$((SECONDS - start))
+  [[ $kind != link-down ]] || ip -n "$sw" link set "v-node$((victim + 1))" up
+
+  # ---- exit codes and report lines ----
+  out() { cat "$dir/$1.out" 2>/dev/null; }
+  expect_rc() {  # <node> <code...>
+    local node=$1 c
+    shift
+    for c in "$@"; do [[ ${rcs[node]} -eq $c ]] && return 0; done
+    bad "node$node exited ${rcs[node]}, expected $*"
+  }
+  expect_line() {  # <node> <what> <extended regex>
+    out "$1" | grep -Eq -- "$3" || bad "node$1 did not print $2 (/$3/)"
+  }
+  local sig_no=0 others=() survivors=()
+  [[ -z $signal ]] || sig_no=$(signal_number "$signal")
+  for i in 0 1 2; do [[ $i -eq $victim ]] || others+=("$i"); done
+  local store_re="lost the rendezvous store at ${addr//./\\.}:$port"
+  local rank=-1
+  if [[ $kind == worker-* && -n $victim_pid ]]; then
+    rank=$(sed -n 's/.* RANK=\([0-9]*\) .*PID='"$victim_pid"' .*/\1/p' "$dir"/logs"$victim"/*/attempt_0/*/stdout.log 2>/dev/null | head -n 1)
+  fi
+  if [[ ${#reasons[@]} -eq 0 ]]; then
+    case $kind in
+      worker-restart)
+        for i in 0 1 2; do expect_rc "$i" 0; done
+        expect_line "$victim" "the victim's failure" "rank $rank \\(pid $victim_pid\\) failed: signal $sig_no"
+        survivors=(0 1 2) ;;
+      worker-final)
+        for i in 0 1 2; do
+          expect_rc "$i" $((128 + sig_no))
+          expect_line "$i" "the victim's rank in the report" "rank      : $rank \\(local_rank: $local_rank\\)"
+          expect_line "$i" "the victim's exit code and pid" "exitcode  : -$sig_no \\(pid: $victim_pid\\)"
+          expect_line "$i" "that no restarts were left" "no restarts left \\(max_restarts=0\\)"
+        done ;;
+      agent-kill | agent-term | link-down)
+        if [[ $kind == agent-kill ]]; then
+          expect_rc "$victim" 137
+        elif [[ $kind == agent-term ]]; then
+          expect_rc "$victim" $((128 + sig_no))
+          expect_line "$victim" "that it stops on the signal" "received SIG$signal: forwarding it to every worker"
+        elif [[ $victim -ne 0 ]]; then
+          expect_rc "$victim" 1
+          expect_line "$victim" "the lost store" "$store_re"
+        fi
+        if [[ $kind == link-down && $victim -eq 0 ]]; then
+          expect_rc 0 1
+          for i in 1 2; do
+            expect_rc "$i" 1
+            expect_line "$i" "the lost store" "$store_re"
+          done
+        else
+          local why="lost: no heartbeat"
+          [[ $kind != agent-term ]] || why="left the job"
+          for i in "${others[@]}"; do
+            expect_line "$i" "node$victim's loss" "node $victim \\([^)]*\\) $why"
+            if [[ $min -eq 2 ]]; then
+              expect_rc "$i" 0
+              expect_line "$i" "round 1 of 2 nodes" "round 1: node [01] of 2, .* attempt 0"
+            else
+              expect_rc "$i" 1
+              expect_line "$i" "the job's end below min" "below the 3 required \\(--nnodes\\): lost node $victim "
+            fi
+          done
+          [[ $min -eq 3 ]] || survivors=("${others[@]}")
+        fi ;;
+      host-kill | host-term)
+        if [[ $kind == host-kill ]]; then
+          expect_rc 0 137
+        else
+          expect_rc 0 $((128 + sig_no))
+        fi
+        for i in 1 2; do
+          expect_rc "$i" 1
+          expect_line "$i" "the lost store or node 0" "$store_re|lost node 0 "
+        done ;;
+    esac
+  fi
+
+  # ---- no process of the job left (orphans of a SIGKILLed agent's workers counted apart) ----
+  local left=() p orphans=0
+  for _ in $(seq 30); do
+    mapfile -t left < <(marked_pids "$mark-")
+    [[ ${#left[@]} -eq 0 ]] && break
+    sleep 0.1
+  done
+  for p in "${left[@]}"; do
+    local known=0 g
+    for g in "${grandchildren[@]}"; do [[ $p == "$g" ]] && known=1; done
+    if [[ $known -eq 1 && $STRICT != 1 ]]; then
+      orphans=$((orphans + 1))
+    else
+      bad "process $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)) of the job is still running"
+    fi
+    kill -9 "$p" 2>/dev/null || true
+  done
+  orphans_total=$((orphans_total + orphans))
+
+  # ---- no port left bound; no socket reached a worker ----
+  local hexport listening=""
+  hexport=$(printf ':%04X ' "$port")
+  if [[ $net == netns ]]; then
+    for i in 1 2 3; do
+      listening+=$(nsenter --net="/run/netns/$tag-node$i" -- cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+        awk '$4 == "0A" {print $2}')
+    done
+  else
+    listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2 " "}' | grep -F "$hexport" || true)
+  fi
+  [[ -z $listening ]] || bad "a port is still listening after the run: ${listening//$'\n'/ }"
+  local envs
+  envs=$(cat "$dir"/logs*/"$run_id"/*/*/stdout.log 2>/dev/null | grep '^ENV ' || true)
+  if grep -q 'SOCKETS=[1-9]' <<<"$envs"; then
+    bad "a worker inherited sockets from its agent: $(grep -m1 'SOCKETS=[1-9]' <<<"$envs")"
+  fi
+
+  # ---- counters: rounds, attempts, world sizes and the workers' view agree ----
+  local keeper
+  keeper=$(out 0 | sed -nE "s/.*job '$run_id' round ([0-9]+) \\(attempt ([0-9]+)\\): ([0-9]+) node.*world size ([0-9]+).*/\\1 \\2 \\3 \\4/p")
+  declare -A round_nodes=() round_line=() round_world=()
+  for i in 0 1 2; do
+    local line
+    declare -A first_round_of=()  # attempt -> the round it began in (its log dir's name)
+    while read -r line; do
+      [[ -n $line ]] || continue
+      local r node m w a
+      read -r r node m w a <<<"$line"
+      local key="$r $a $m $w"
+      if [[ -n $keeper ]] && ! grep -qx "$key" <<<"$keeper"; then
+        bad "node$i's round $r (attempt $a, $m nodes, world size $w) is not the keeper's"
+      fi
+      if [[ -n ${round_line[$r]:-} && ${round_line[$r]} != "$key" ]]; then
+        bad "nodes disagree on round $r: '${round_line[$r]}' vs '$key'"
+      fi
+      round_line[$r]=$key
+      round_nodes[$r]+=" $node"
+      round_world[$r]=$((${round_world[$r]:-0} + nproc[i]))
+      # This node's workers of that round: the attempt and shape they were told.
+      local bad_env sub=attempt_$a
+      if [[ -z ${first_round_of[$a]:-} ]]; then first_round_of[$a]=$r; else sub+=-round$r; fi
+      bad_env=$(cat "$dir/logs$i/$run_id/$sub"/*/stdout.log 2>/dev/null | grep '^ENV ' |
+        grep -v " WORLD_SIZE=$w GROUP_RANK=$node GROUP_WORLD_SIZE=$m RESTART=$a " || true)
+      [[ -z $bad_env ]] || bad "node$i's workers of round $r disagree with it: $(head -n 1 <<<"$bad_env")"
+    done < <(out "$i" | sed -nE 's/.*\[agent\] \[info\] round ([0-9]+): node ([0-9]+) of ([0-9]+), ranks [0-9]+\.\.[0-9]+ of world size ([0-9]+), attempt ([0-9]+)$/\1 \2 \3 \4 \5/p')
+  done
+  local r
+  for r in "${!round_line[@]}"; do
+    local m w nodes
+    read -r _ _ m w <<<"${round_line[$r]}"
+    nodes=$(tr ' ' '\n' <<<"${round_nodes[$r]}" | sed '/^$/d' | sort -n | tr '\n' ' ')
+    # Every node of a completed round logged it: ranks 0..m-1 once each, world = sum of nproc.
+    if [[ $(wc -w <<<"$nodes") -eq $m ]]; then
+      [[ $nodes == "$(seq 0 $((m - 1)) | tr '\n' ' ')" ]] || bad "round $r: node ranks '$nodes'"
+      [[ ${round_world[$r]} -eq $w ]] || bad "round $r: world size $w, its nodes run ${round_world[$r]} workers"
+    fi
+  done
+  if [[ $kind == worker-restart && ${#reasons[@]} -eq 0 ]]; then
+    local last
+    last=$(printf '%s\n' "${!round_line[@]}" | sort -n | tail -n 1)
+    [[ ${round_line[$last]} == "$last 1 3 "* ]] ||
+      bad "after the restart the last round is '${round_line[$last]}', expected attempt 1 of 3 nodes"
+    [[ $(grep -c "RESTART=1 " <<<"$envs") -eq $total ]] ||
+      bad "$(grep -c "RESTART=1 " <<<"$envs") workers saw TORCHELASTIC_RESTART_COUNT=1, expected $total"
+  fi
+  if [[ ${#survivors[@]} -gt 0 && ${#reasons[@]} -eq 0 ]]; then
+    for i in "${survivors[@]}"; do
+      out "$i" | grep -q "all .* worker(s) succeeded\|this node's .* worker(s) succeeded" ||
+        bad "node$i did not report its workers' success"
+    done
+  fi
+
+  runs_done=$((runs_done + 1))
+  kind_runs[$kind]=$((${kind_runs[$kind]:-0} + 1))
+  local verdict
+  if [[ ${#reasons[@]} -eq 0 ]]; then
+    ok_runs=$((ok_runs + 1))
+    kind_ok[$kind]=$((${kind_ok[$kind]:-0} + 1))
+    verdict="as expected"
+  else
+    kind_bad[$kind]=$((${kind_bad[$kind]:-0} + 1))
+    verdict="UNEXPECTED"
+  fi
+  local extra=""
+  [[ $orphans -eq 0 ]] || extra=", $orphans orphan(s) killed"
+  echo "fault_campaign: run $idx: $desc -> exits ${rcs[*]} in ${took}s$extra: $verdict"
+  if [[ ${#reasons[@]} -gt 0 ]]; then
+    local reason
+    for reason in "${reasons[@]}"; do echo "    - $reason" >&2; done
+    for i in 0 1 2; do
+      echo "    node$i ($(wc -l <"$dir/$i.out") lines):" >&2
+      without_banner <"$dir/$i.out" | tail -n 12 | sed 's/^/      | /' >&2
+    done
+    bad_lines+=("run $idx: $desc: ${reasons[0]}")
+  fi
+  rm -rf "$dir"
+  agent_pids=()
+}
+
+echo "fault_campaign: seed $SEED, $RUNS run(s), faults: $KINDS; hosts: $nets, bound ${BOUND}s" \
+  "per run (replay one run: FAULT_SEED=$SEED FAULT_ONLY=<run> FAULT_KINDS=$KINDS bash $0 $DTRUN)"
+if [[ -n $ONLY ]]; then
+  run_one "$ONLY"
+else
+  for idx in $(seq 0 $((RUNS - 1))); do run_one "$idx"; done
+fi
+
+echo
+echo "fault_campaign: summary (seed $SEED)"
+printf '  %-16s %6s %12s %11s\n' fault runs "as expected" unexpected
+for kind in worker-restart worker-final agent-kill agent-term host-kill host-term link-down; do
+  [[ -n ${kind_runs[$kind]:-} ]] || continue
+  printf '  %-16s %6d %12d %11d\n' "$kind" "${kind_runs[$kind]}" "${kind_ok[$kind]:-0}" "${kind_bad[$kind]:-0}"
+done
+printf '  %-16s %6d %12d %11d\n' total "$runs_done" "$ok_runs" $((runs_done - ok_runs))
+echo "  faults injected: $faults; orphans of SIGKILLed agents' workers killed by the campaign: $orphans_total"
+if [[ $ok_runs -ne $runs_done ]]; then
+  printf 'fault_campaign: UNEXPECTED: %s\n' "${bad_lines[@]}" >&2
+  echo "fault_campaign: FAIL ($((runs_done - ok_runs)) of $runs_done runs unexpected)" >&2
+  exit 1
+fi
+echo "fault_campaign: PASS"
