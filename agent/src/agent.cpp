@@ -388,7 +388,8 @@ class Agent {
     rendezvous();
   }
 
-  // The job is over with an error: every agent prints the job's root cause and exits with it.
+  // The job is over: with an error, every agent prints its root cause and exits with its code;
+  // a spare also learns here that the job succeeded without it (exit 0).
   void jobClosed(const rdzv::RoundEnd& end) {
     std::vector<WorkerFailure> failures = failures_;
     if (auto root = detail::decodeFailure(end.detail)) {

@@ -164,12 +164,18 @@ class Keeper {
       onLeave(m.agentId);
     } else if (m.verb == "bye") {
       byes_.insert(m.agentId);
-      if (phase_ == Phase::kExiting && byes_.size() >= members_.size()) {
+      if (phase_ == Phase::kExiting && membersGone()) {
         finish("every node passed the exit barrier");
       } else if (phase_ == Phase::kClosed && byes_.size() >= static_cast<std::size_t>(expected_)) {
         finish("every node learned that the job is over");
       }
     }
+  }
+
+  // Whether every member of the round said bye (spares say it too, and do not count).
+  [[nodiscard]] bool membersGone() const {
+    return std::all_of(members_.begin(), members_.end(),
+                       [this](const Member& m) { return byes_.count(m.record.agentId) != 0; });
   }
 
   void onJoin(const KeeperMessage& m) {

@@ -119,6 +119,9 @@ class StoreRoundMember final : public RoundMember {
       if (!end.isOk()) {
         return end.status();
       }
+      if (end.value().kind == RoundEnd::Kind::kSuccess) {
+        return JoinOutcome{true, {}, end.value()};  // the job succeeded without this spare
+      }
       r += 1;
     }
   }

@@ -229,6 +229,27 @@ TEST_CASE("success needs every node: the exit barrier finishes the keeper", "[ro
   CHECK(a->waitFinished(milliseconds(5000)).isOk());
 }
 
+TEST_CASE("a spare learns that the job succeeded without it; its bye does not end the barrier",
+          "[round]") {
+  Cluster c;
+  const auto s = fastSettings(1, 1);
+  auto a = c.member("job", s, "a");
+  REQUIRE_FALSE(joinNow(*a).closed);
+  auto spare = c.member("job", s, "spare");
+  auto spareJoin = std::async(std::launch::async, [&] { return joinNow(*spare); });
+  std::this_thread::sleep_for(milliseconds(300));
+  REQUIRE(a->done().isOk());
+  const auto outcome = spareJoin.get();
+  CHECK(outcome.closed);
+  CHECK(outcome.end.kind == RoundEnd::Kind::kSuccess);
+  CHECK(outcome.end.exitCode == 0);
+  REQUIRE(spare->bye().isOk());
+  // The member has not passed the exit barrier yet: the keeper keeps the store's job open.
+  CHECK(a->waitFinished(milliseconds(300)).code() == dtrun::Errc::kTimeout);
+  REQUIRE(a->bye().isOk());
+  CHECK(a->waitFinished(milliseconds(5000)).isOk());
+}
+
 TEST_CASE("round codec rejects malformed values and orders nodes", "[round]") {
   CHECK_FALSE(detail::decodeRecord("{").has_value());
   CHECK_FALSE(detail::decodeRecord("[]").has_value());
