@@ -21,6 +21,7 @@ struct WorkerPlacement {
   std::uint16_t masterPort = 0;
   std::string errorFile;
   std::string logDir;  // this rank's directory for this attempt
+  std::string progressFile;  // DTRUN_PROGRESS_FILE: where the worker reports its progress
 };
 
 // `inherited` holds "NAME=value" entries (the agent's environ); later entries override earlier

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <random>
 #include <regex>
@@ -115,6 +116,16 @@ constexpr std::array kOptions = {
                "Copy matching tee'd stdout lines to a file: not supported yet"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
                "Copy matching tee'd stderr lines to a file: not supported yet"},
+    OptionSpec{"dry_run", "", Kind::kFlag, false,
+               "Print the resolved configuration, the rank table and each worker's environment, "
+               "then exit without starting anything"},
+    OptionSpec{"report", "", Kind::kValue, false,
+               "Write the job's run report (JSON, docs/report.schema.json) to this file at exit"},
+    OptionSpec{"hang_timeout", "", Kind::kValue, false,
+               "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
+               "worker's stack and fails the round (default 0: off)"},
+    OptionSpec{"verbose", "", Kind::kFlag, false,
+               "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"log_level", "", Kind::kValue, false,
                "dtrun's own logging: trace, debug, info, warn, error, critical or off (default "
                "$DTRUN_LOG_LEVEL or info)"},
@@ -655,6 +666,31 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   return Status::ok();
 }
 
+// dtrun's own job insight: --report, --hang_timeout, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  if (const auto report = options.find("report")) {
+    if (trim(report->text).empty()) {
+      return expected(*report, "a file path for the JSON report");
+    }
+    config.reportFile = report->text;
+  }
+  const auto hangSetting = options.get("hang_timeout", "0");
+  const auto hangSeconds = parseNumber(hangSetting.text);
+  if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
+    return expected(hangSetting, "a non-negative number of seconds (0 = off)");
+  }
+  config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  auto verbose = options.flag("verbose");
+  auto dryRun = options.flag("dry_run");
+  if (!verbose.isOk() || !dryRun.isOk()) {
+    return verbose.isOk() ? dryRun.status() : verbose.status();
+  }
+  config.verbose = verbose.value();
+  plan.dryRun = dryRun.value();
+  return Status::ok();
+}
+
 // What every worker runs, as torchrun builds it (python -u [-m] <script> args, or the binary).
 std::vector<std::string> resolveCommand(const std::vector<std::string>& program,
                                         const Resolver& options, const HostFacts& host, bool module,
@@ -703,6 +739,14 @@ std::string quoteCommand(const std::vector<std::string>& command) {
   return text;
 }
 
+std::vector<std::string> environSnapshot() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    env.emplace_back(*entry);
+  }
+  return env;
+}
+
 int runLaunch(const RawOptions& raw) {
   auto planned = validate(raw, readHostFacts());
   if (!planned.isOk()) {
@@ -724,6 +768,10 @@ int runLaunch(const RawOptions& raw) {
   }
   for (const std::string& warning : plan.warnings) {
     log::launcher().warn("{}", warning);
+  }
+  if (plan.dryRun) {
+    std::cout << dryRunText(plan, environSnapshot()) << std::flush;
+    return 0;
   }
   log::launcher().info("{}", launchBanner(plan));
   return agent::run(plan.config);
@@ -1106,6 +1154,9 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   if (auto s = resolveStopping(options, config); !s.isOk()) {
     return s;
   }
+  if (auto s = resolveInsight(options, plan); !s.isOk()) {
+    return s;
+  }
 
   config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
   config.entrypointName = program.value().front();
@@ -1256,7 +1307,62 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("signals_to_handle", config.signalsToHandleText);
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
+  row("hang_timeout", config.hangTimeout.count() == 0
+                          ? std::string("0 (off)")
+                          : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) +
+                                " s");
+  row("report", config.reportFile.empty() ? "(none)" : config.reportFile);
   return text;
+}
+
+std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& inherited) {
+  const agent::AgentConfig& config = plan.config;
+  const auto& multi = config.multiNode;
+  // Node ranks of a c10d job are assigned at rendezvous; the table shows the node this agent
+  // asks to be (its --node_rank, else 0) in a job of max_nodes nodes with equal nproc_per_node.
+  const int nodeCount = plan.maxNodes;
+  const int nodeRank = multi && multi->nodeRank >= 0 ? multi->nodeRank : 0;
+  const bool assignedLater = multi && (plan.rdzvBackend == "c10d" || multi->nodeRank < 0);
+  const std::string logBase =
+      (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
+      config.runId + "/attempt_0";
+  std::ostringstream out;
+  out << "dtrun --dry-run: nothing is started.\n" << launchBanner(plan) << "\n";
+  if (multi) {
+    out << "  " << std::left << std::setw(20) << "node_rank"
+        << ": " << nodeRank
+        << (assignedLater ? " (assigned at rendezvous; shown as if this node got it)" : "")
+        << "\n"
+        << "  " << std::setw(20) << "hosts_store"
+        << ": " << (multi->hostsStore ? "yes" : "no") << "\n";
+  }
+  out << "\nRank table (node " << nodeRank << " of " << nodeCount << ", world size "
+      << nodeCount * config.nprocPerNode << "):\n"
+      << "  rank  local_rank  node_rank  log_dir\n";
+  const int offset = nodeRank * config.nprocPerNode;
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
+        << std::setw(11) << nodeRank << logBase << "/" << local << "\n";
+  }
+  std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "\nWorker " << offset + local << " (local rank " << local
+        << "): " << quoteCommand(config.command) << "\n"
+        << "  environment set by dtrun (the rest is inherited):\n";
+    for (std::string entry : agent::plannedWorkerEnvironment(
+             config, inherited, nodeRank, nodeCount, local, logBase + "/" + std::to_string(local))) {
+      if (inheritedEntries.count(entry) != 0) {
+        continue;
+      }
+      const bool portEntry = entry == "MASTER_PORT=0" ||
+                             (entry.starts_with("DTRUN_STORE_ADDR=") && entry.ends_with(":0"));
+      if (config.storePort == 0 && portEntry) {  // the store picks its port when it starts
+        entry.replace(entry.size() - 1, 1, "<free port>");
+      }
+      out << "    " << entry << "\n";
+    }
+  }
+  return out.str();
 }
 
 std::function<int()> addLaunchCommand(CLI::App& app) {
