@@ -34,6 +34,7 @@
 #include "job_coordinator.h"
 #include "log.h"
 #include "output_pump.h"
+#include "progress_exchange.h"
 #include "progress_file.h"
 #include "run_report.h"
 #include "worker_env.h"
@@ -58,6 +59,7 @@ constexpr std::chrono::milliseconds kStackToolTimeout{15000};
 // from the signal handler, so this is only the scheduling delay).
 constexpr std::chrono::milliseconds kPythonStackWait{2000};
 constexpr std::chrono::milliseconds kHangCheckMax{1000};
+constexpr std::chrono::milliseconds kPeerDumpGrace{2000};
 
 std::vector<std::string> environSnapshot() {
   std::vector<std::string> out;
@@ -253,6 +255,15 @@ class Agent {
     job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(member).value(),
                                                     multi.keepAliveInterval,
                                                     [this](const Status& s) { onStoreLost(s); });
+    if (config_.hangTimeout.count() > 0) {  // the other nodes' ranks, for the diagnosis
+      auto exchange = detail::ProgressExchange::connect(io_, client, config_.runId);
+      if (exchange.isOk()) {
+        exchange_ = std::move(exchange).value();
+      } else {
+        log::agent().warn("hang detection sees this node's ranks only: {}",
+                          exchange.status().message());
+      }
+    }
     return Status::ok();
   }
 
@@ -365,6 +376,11 @@ class Agent {
       log::agent().warn("round {} ended: {}; stopping this node's workers", assignment_->round,
                         end.message);
       stopReason_ = StopReason::kRoundEnded;
+      if (end.exitCode == kExitHang && config_.hangTimeout.count() > 0) {
+        dumpForPeerHang(end);
+        stopAfterPeerDumps();
+        return;
+      }
       beginStop(SIGTERM);
       return;
     }
@@ -446,6 +462,7 @@ class Agent {
     stopReason_ = StopReason::kNone;
     failures_.clear();
     hangThisAttempt_ = false;
+    remoteProgress_.clear();
     attemptDir_ = attemptDir;
     beginAttemptRecord();
     Status status = Status::ok();
@@ -584,10 +601,9 @@ class Agent {
     }
     if (!failures_.empty() && attempt().message.empty()) {
       const WorkerFailure& f = failures_.front();
-      attempt().message = hangThisAttempt_ && record_.hang
-                              ? record_.hang->summary
-                              : "rank " + std::to_string(f.rank) + " failed: " +
-                                    f.status.describe();
+      attempt().message = hangThisAttempt_ && record_.hang ? record_.hang->summary
+                                                           : "rank " + std::to_string(f.rank) +
+                                                                 " failed: " + f.status.describe();
     }
     if (config_.verbose) {
       std::cerr << detail::formatTimeline(record_, attempt());
@@ -610,7 +626,7 @@ class Agent {
     });
   }
 
-  void checkForHang() {
+  [[nodiscard]] std::vector<detail::RankProgress> localProgress() const {
     std::vector<detail::RankProgress> ranks;
     for (const Worker& w : workers_) {
       if (!w.child || !w.child->running() || !w.progress) {
@@ -620,8 +636,28 @@ class Agent {
         ranks.push_back(detail::RankProgress{w.rank, w.child->pid(), host_, *snapshot});
       }
     }
-    auto diagnosis =
-        detail::diagnoseHang(ranks, progress::monotonicNs(), config_.hangTimeout);
+    return ranks;
+  }
+
+  void checkForHang() {
+    std::vector<detail::RankProgress> ranks = localProgress();
+    if (exchange_ && assignment_) {
+      exchange_->exchange(static_cast<std::int64_t>(assignment_->round), assignment_->nodeRank,
+                          assignment_->nodeCount, ranks,
+                          [this](std::vector<detail::RankProgress> remote) {
+                            remoteProgress_ = std::move(remote);
+                          });
+      const int first = assignment_->rankOffset;
+      const int last = first + config_.nprocPerNode;
+      for (const auto& remote : remoteProgress_) {
+        if (remote.rank < first || remote.rank >= last) {
+          ranks.push_back(remote);
+        }
+      }
+      std::sort(ranks.begin(), ranks.end(),
+                [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    }
+    auto diagnosis = detail::diagnoseHang(ranks, progress::monotonicNs(), config_.hangTimeout);
     if (!diagnosis) {
       armHangCheck();
       return;
@@ -629,10 +665,9 @@ class Agent {
     onHang(std::move(*diagnosis));
   }
 
-  // Dumps every running worker's stacks, writes hang.txt, records the diagnosis and fails the
-  // round as a worker failure would (so the restart rules apply).
-  void onHang(detail::HangDiagnosis diagnosis) {
-    log::agent().error("hang: {}", diagnosis.summary);
+  // Dumps every running worker's stacks into <rank>/stack.txt and hang.txt (with the
+  // diagnosis first) and records the hang for the report.
+  void dumpStacks(detail::HangDiagnosis& diagnosis) {
     log::agent().warn("dumping the stacks of every worker into {}", attemptDir_.string());
     // Python workers first: faulthandler writes from the signal handler while eu-stack works.
     for (const Worker& w : workers_) {
@@ -643,22 +678,23 @@ class Agent {
       }
     }
     const std::string path = envValue(inheritedEnv_, "PATH");
-    std::string hangText = "dtrun: hang detected (" + diagnosis.reason + "): " +
-                           diagnosis.summary + "\n";
+    std::string hangText =
+        "dtrun: hang detected (" + diagnosis.reason + "): " + diagnosis.summary + "\n";
     for (const Worker& w : workers_) {
       if (!w.child || !w.child->running()) {
         continue;
       }
       std::string stack = detail::nativeStack(w.child->pid(), path, kStackToolTimeout);
-      const fs::path pythonStack = w.dir / "python_stack.txt";
-      const bool python = w.progress && w.progress->read() && w.progress->read()->stackSignal > 0;
-      if (python) {
+      const auto snapshot = w.progress ? w.progress->read() : std::nullopt;
+      if (snapshot && snapshot->stackSignal > 0) {
+        const fs::path pythonStack = w.dir / "python_stack.txt";
         const auto deadline = std::chrono::steady_clock::now() + kPythonStackWait;
         std::error_code ec;
         while (fs::file_size(pythonStack, ec) == 0 && std::chrono::steady_clock::now() < deadline) {
           ::usleep(20000);
         }
-        stack += "\nPython stacks (faulthandler):\n" + detail::tailOfFile(pythonStack.string(), 200);
+        stack +=
+            "\nPython stacks (faulthandler):\n" + detail::tailOfFile(pythonStack.string(), 200);
       }
       const fs::path stackFile = w.dir / "stack.txt";
       static_cast<void>(detail::writeFileAtomically(stackFile.string(), stack));
@@ -674,41 +710,99 @@ class Agent {
     }
     const fs::path hangFile = attemptDir_ / "hang.txt";
     static_cast<void>(detail::writeFileAtomically(hangFile.string(), hangText));
-    std::cerr << "dtrun: hang: " << diagnosis.summary << "\ndtrun: stacks of every worker in "
-              << hangFile.string() << "\n";
-
+    std::cerr << "dtrun: hang: " << diagnosis.summary
+              << "\ndtrun: stacks of this node's workers in " << hangFile.string() << "\n";
     detail::HangRecord hang;
     hang.detectedAt = detail::Clock::now();
     hang.reason = diagnosis.reason;
     hang.summary = diagnosis.summary;
     hang.reportFile = hangFile.string();
-    hang.ranks = std::move(diagnosis.ranks);
-    const auto suspect = std::find_if(hang.ranks.begin(), hang.ranks.end(),
+    hang.ranks = diagnosis.ranks;
+    record_.hang = std::move(hang);
+  }
+
+  // Fails the round as a worker failure would (so the restart rules apply), naming the first
+  // suspect on whichever node it runs, and dumps the stacks. The round's end goes out before
+  // the dumps and the stop: the other nodes dump their workers' stacks meanwhile, before this
+  // node's stopped workers break their connections.
+  void onHang(detail::HangDiagnosis diagnosis) {
+    log::agent().error("hang: {}", diagnosis.summary);
+    const auto suspect = std::find_if(diagnosis.ranks.begin(), diagnosis.ranks.end(),
                                       [](const detail::HangRank& r) { return r.suspect; });
     WorkerFailure failure;
-    for (const Worker& w : workers_) {
-      if (suspect != hang.ranks.end() && w.rank == suspect->rank && w.child) {
-        failure.rank = w.rank;
-        failure.localRank = w.localRank;
-        failure.pid = w.child->pid();
+    failure.localRank = -1;  // a rank of another node
+    if (suspect != diagnosis.ranks.end()) {
+      failure.rank = suspect->rank;
+      failure.pid = suspect->pid;
+      failure.host = suspect->host;
+      for (const Worker& w : workers_) {
+        if (w.rank == suspect->rank) {
+          failure.localRank = w.localRank;
+          failure.nodeRank = assignment_ ? assignment_->nodeRank : -1;
+        }
       }
     }
     failure.status = ExitStatus{false, kExitHang};
     failure.time = detail::Clock::now();
-    failure.errorFile = hangFile.string();
-    failure.message = "hang: " + hang.summary;
-    failure.host = host_;
-    failure.nodeRank = assignment_ ? assignment_->nodeRank : -1;
-    record_.hang = std::move(hang);
+    failure.errorFile = (attemptDir_ / "hang.txt").string();
+    failure.message = "hang: " + diagnosis.summary;
     hangThisAttempt_ = true;
     stopReason_ = StopReason::kFailure;
-    beginStop(SIGTERM);
+    failures_.push_back(failure);
     if (job_) {
       job_->endRound(rdzv::RoundEnd{rdzv::RoundEnd::Kind::kFailure,
-                                    "hang on " + host_ + ": " + record_.hang->summary,
+                                    "hang found on " + host_ + ": " + diagnosis.summary,
                                     detail::encodeFailure(failure), kExitHang});
     }
-    failures_.push_back(failure);
+    dumpStacks(diagnosis);
+    if (job_) {
+      stopAfterPeerDumps();
+    } else {
+      beginStop(SIGTERM);
+    }
+  }
+
+  // Another node found the hang: this node's stacks belong in the diagnosis too. The suspect is
+  // the rank the round's end names.
+  void dumpForPeerHang(const rdzv::RoundEnd& end) {
+    const auto root = detail::decodeFailure(end.detail);
+    detail::HangDiagnosis diagnosis;
+    diagnosis.reason = "no_progress";
+    diagnosis.summary = end.message;
+    const std::int64_t now = progress::monotonicNs();
+    std::vector<detail::RankProgress> ranks = localProgress();
+    for (const auto& remote : remoteProgress_) {
+      if (std::none_of(ranks.begin(), ranks.end(),
+                       [&](const auto& r) { return r.rank == remote.rank; })) {
+        ranks.push_back(remote);
+      }
+    }
+    std::sort(ranks.begin(), ranks.end(),
+              [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    for (const auto& rank : ranks) {
+      diagnosis.ranks.push_back(detail::hangRankOf(rank, now, root && root->rank == rank.rank));
+    }
+    if (root && std::none_of(diagnosis.ranks.begin(), diagnosis.ranks.end(),
+                             [](const detail::HangRank& r) { return r.suspect; })) {
+      detail::HangRank suspect;  // on a node whose progress this one never saw
+      suspect.rank = root->rank;
+      suspect.host = root->host;
+      suspect.pid = root->pid;
+      suspect.suspect = true;
+      diagnosis.ranks.push_back(suspect);
+    }
+    dumpStacks(diagnosis);
+  }
+
+  // Every node of a hung job dumps its stacks at about the same time; stopping this node's
+  // workers at once would break the connections of workers another node is still dumping.
+  void stopAfterPeerDumps() {
+    hangTimer_.expires_after(kPeerDumpGrace);
+    hangTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !finished_) {
+        beginStop(SIGTERM);
+      }
+    });
   }
 
   // Peeks (without reaping) whether a worker of the group being started already exited badly.
@@ -1024,7 +1118,9 @@ class Agent {
   fs::path attemptDir_;
   std::optional<detail::Clock::time_point> joinSent_;
   std::optional<detail::Clock::time_point> roundClosed_;
-  bool hangThisAttempt_ = false;  // this attempt's failure is a detected hang
+  bool hangThisAttempt_ = false;                        // this attempt's failure is a detected hang
+  std::unique_ptr<detail::ProgressExchange> exchange_;  // multi-node --hang_timeout only
+  std::vector<detail::RankProgress> remoteProgress_;    // the other nodes' latest ranks
 };
 
 }  // namespace

@@ -43,8 +43,8 @@ std::string whereIs(const RankProgress& r, std::int64_t nowNs) {
            seconds(static_cast<double>(nowNs - s.opStartNs) / kNsPerSecond);
   }
   return "is outside any operation since " +
-         seconds(static_cast<double>(nowNs - s.changedNs) / kNsPerSecond) + " (last: " +
-         describeOp(s) + ")";
+         seconds(static_cast<double>(nowNs - s.changedNs) / kNsPerSecond) +
+         " (last: " + describeOp(s) + ")";
 }
 
 std::string signature(const progress::Snapshot& s) {
@@ -68,6 +68,23 @@ std::string rankRanges(std::vector<int> ranks) {
     i = j + 1;
   }
   return text;
+}
+
+HangRank hangRankOf(const RankProgress& r, std::int64_t nowNs, bool suspect) {
+  const auto& s = r.snapshot;
+  const bool inOp = s.opStartNs != 0;
+  HangRank rank;
+  rank.rank = r.rank;
+  rank.host = r.host;
+  rank.pid = r.pid;
+  rank.ops = s.ops;
+  rank.op = inOp ? s.op : "";
+  rank.group = inOp ? s.group : "";
+  rank.bytes = inOp ? s.bytes : 0;
+  rank.inOpSeconds = inOp ? static_cast<double>(nowNs - s.opStartNs) / kNsPerSecond : 0.0;
+  rank.idleSeconds = static_cast<double>(nowNs - s.changedNs) / kNsPerSecond;
+  rank.suspect = suspect;
+  return rank;
 }
 
 std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks,
@@ -136,19 +153,7 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
   std::string suspectText;
   for (const auto* r : judged) {
     const bool suspect = std::find(suspects.begin(), suspects.end(), r) != suspects.end();
-    HangRank rank;
-    rank.rank = r->rank;
-    rank.host = r->host;
-    rank.pid = r->pid;
-    rank.ops = r->snapshot.ops;
-    rank.op = r->snapshot.opStartNs != 0 ? r->snapshot.op : "";
-    rank.group = r->snapshot.opStartNs != 0 ? r->snapshot.group : "";
-    rank.bytes = r->snapshot.opStartNs != 0 ? r->snapshot.bytes : 0;
-    rank.inOpSeconds = r->snapshot.opStartNs != 0
-                           ? static_cast<double>(nowNs - r->snapshot.opStartNs) / kNsPerSecond
-                           : 0.0;
-    rank.idleSeconds = static_cast<double>(nowNs - r->snapshot.changedNs) / kNsPerSecond;
-    rank.suspect = suspect;
+    HangRank rank = hangRankOf(*r, nowNs, suspect);
     diagnosis.ranks.push_back(rank);
     if (suspect) {
       suspectText += (suspectText.empty() ? "" : "; ") + std::string("rank ") +
@@ -181,8 +186,8 @@ std::string nativeStack(pid_t pid, const std::string& pathVariable,
     request.argv = {"eu-stack", "-p", std::to_string(pid)};
   } else if (const std::string gdb = findExecutable("gdb", pathVariable); !gdb.empty()) {
     request.path = gdb;
-    request.argv = {"gdb", "-batch", "-nx", "-p", std::to_string(pid), "-ex",
-                    "thread apply all bt"};
+    request.argv = {
+        "gdb", "-batch", "-nx", "-p", std::to_string(pid), "-ex", "thread apply all bt"};
   } else {
     return "(no stack: neither eu-stack (elfutils) nor gdb is installed; scripts/setup.sh "
            "installs elfutils)\n";
@@ -190,7 +195,8 @@ std::string nativeStack(pid_t pid, const std::string& pathVariable,
   std::string path = "/tmp/dtrun-stack-XXXXXX";
   UniqueFd output(::mkostemp(path.data(), O_CLOEXEC));
   if (!output.valid()) {
-    return "(no stack: cannot create a temporary file: " + std::string(std::strerror(errno)) + ")\n";
+    return "(no stack: cannot create a temporary file: " + std::string(std::strerror(errno)) +
+           ")\n";
   }
   ::unlink(path.c_str());
   request.stdoutFd = output.get();

@@ -26,7 +26,8 @@ struct RankProgress {
 
 struct HangDiagnosis {
   std::string reason;   // "no_progress" or "lagging_rank"
-  std::string summary;  // "rank 1 on h is in all_reduce #7 (group sub0) since 9.1 s; ranks 0,2-3 wait in ..."
+  std::string summary;  // "rank 1 on h is in all_reduce #7 (group sub0) since 9.1 s; ranks 0,2-3
+                        // wait in ..."
   std::vector<HangRank> ranks;  // every judged rank, suspects marked
 };
 
@@ -37,6 +38,9 @@ struct HangDiagnosis {
 // the majority; else the one in its operation the longest. `nowNs` is CLOCK_MONOTONIC.
 std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks,
                                           std::int64_t nowNs, std::chrono::milliseconds timeout);
+
+// How the report shows `rank` at `nowNs`: its operation (when in one), ages in seconds.
+HangRank hangRankOf(const RankProgress& rank, std::int64_t nowNs, bool suspect);
 
 // "0-4,6-7" for {0,1,2,3,4,6,7}.
 std::string rankRanges(std::vector<int> ranks);

@@ -106,7 +106,7 @@ json attemptJson(const JobRecord& job, const AttemptRecord& a) {
 
 json failureJson(const WorkerFailure& f, const std::string& host) {
   json out = {{"rank", f.rank},
-              {"local_rank", f.localRank},
+              {"local_rank", f.localRank >= 0 ? json(f.localRank) : json(nullptr)},
               {"host", f.host.empty() ? host : f.host},
               {"node_rank", f.nodeRank >= 0 ? json(f.nodeRank) : json(nullptr)},
               {"pid", f.pid},
@@ -156,8 +156,7 @@ std::string reportJson(const JobRecord& job) {
     for (const char* name : {"rendezvous_s", "spawn_s", "run_s", "stop_s"}) {
       if (phases[name].is_number()) {
         totals[name] =
-            std::round((totals[name].get<double>() + phases[name].get<double>()) * 1000.0) /
-            1000.0;
+            std::round((totals[name].get<double>() + phases[name].get<double>()) * 1000.0) / 1000.0;
       }
     }
   }
@@ -221,13 +220,15 @@ std::string formatSummary(const JobRecord& job) {
 std::string formatTimeline(const JobRecord& job, const AttemptRecord& a) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3);
-  out << "dtrun: startup timeline of attempt " << a.attempt << " (seconds after the agent started)\n";
+  out << "dtrun: startup timeline of attempt " << a.attempt
+      << " (seconds after the agent started)\n";
   const auto row = [&](const std::string& what, const std::optional<Clock::time_point>& when) {
     out << "  " << std::left << std::setw(28) << what;
     if (when) {
       out << std::right << std::setw(9) << seconds(job.agentStart, *when) << "\n";
     } else {
-      out << std::right << std::setw(9) << "-" << "\n";
+      out << std::right << std::setw(9) << "-"
+          << "\n";
     }
   };
   row("agent start", job.agentStart);

@@ -23,7 +23,7 @@ struct RankRecord {
   int localRank = 0;
   pid_t pid = 0;
   std::string logDir;
-  std::optional<ExitStatus> exit;        // unset: never started, or never reaped
+  std::optional<ExitStatus> exit;                      // unset: never started, or never reaped
   std::optional<Clock::time_point> storeConnected;     // from the rank's progress file
   std::optional<Clock::time_point> communicatorReady;  // (libdtrt or the Python helper)
 };
@@ -34,7 +34,7 @@ struct HangRank {
   std::string host;
   pid_t pid = 0;
   std::uint64_t ops = 0;
-  std::string op;     // "" = not in an operation
+  std::string op;  // "" = not in an operation
   std::string group;
   std::uint64_t bytes = 0;
   double inOpSeconds = 0;  // how long it has been in `op`
@@ -46,8 +46,8 @@ struct HangRank {
 
 struct HangRecord {
   Clock::time_point detectedAt;
-  std::string reason;   // "no_progress" or "lagging_rank"
-  std::string summary;  // one line naming the suspects, as the console shows it
+  std::string reason;      // "no_progress" or "lagging_rank"
+  std::string summary;     // one line naming the suspects, as the console shows it
   std::string reportFile;  // hang.txt in the attempt's log directory
   std::vector<HangRank> ranks;
 };
@@ -64,8 +64,9 @@ struct AttemptRecord {
   std::optional<Clock::time_point> spawned;           // every fork returned
   std::optional<Clock::time_point> firstRunning;      // the first exec confirmed
   std::optional<Clock::time_point> stopBegan;
-  std::optional<Clock::time_point> ended;             // every worker reaped
-  std::string cause;    // succeeded, worker_failed, hang, round_ended, signal, store_lost, startup_failed
+  std::optional<Clock::time_point> ended;  // every worker reaped
+  std::string
+      cause;  // succeeded, worker_failed, hang, round_ended, signal, store_lost, startup_failed
   std::string message;
   std::vector<RankRecord> ranks;
 };

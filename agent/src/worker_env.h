@@ -20,7 +20,7 @@ struct WorkerPlacement {
   std::string masterAddr;
   std::uint16_t masterPort = 0;
   std::string errorFile;
-  std::string logDir;  // this rank's directory for this attempt
+  std::string logDir;        // this rank's directory for this attempt
   std::string progressFile;  // DTRUN_PROGRESS_FILE: where the worker reports its progress
 };
 

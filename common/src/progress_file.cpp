@@ -97,8 +97,7 @@ bool createProgressFile(const std::string& path) {
   }
   std::array<unsigned char, kProgressFileSize> content{};
   std::memcpy(content.data(), &kProgressMagic, sizeof kProgressMagic);
-  return ::write(fd.get(), content.data(), content.size()) ==
-         static_cast<ssize_t>(content.size());
+  return ::write(fd.get(), content.data(), content.size()) == static_cast<ssize_t>(content.size());
 }
 
 std::optional<ProgressWriter> ProgressWriter::open(const std::string& path) {
@@ -107,8 +106,8 @@ std::optional<ProgressWriter> ProgressWriter::open(const std::string& path) {
     return std::nullopt;
   }
   ProgressWriter writer(base);
-  field<std::int32_t>(base, kPid).store(static_cast<std::int32_t>(::getpid()),
-                                        std::memory_order_relaxed);
+  field<std::int32_t>(base, kPid)
+      .store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
   return writer;
 }
 

@@ -1307,10 +1307,10 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("signals_to_handle", config.signalsToHandleText);
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
-  row("hang_timeout", config.hangTimeout.count() == 0
-                          ? std::string("0 (off)")
-                          : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) +
-                                " s");
+  row("hang_timeout",
+      config.hangTimeout.count() == 0
+          ? std::string("0 (off)")
+          : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) + " s");
   row("report", config.reportFile.empty() ? "(none)" : config.reportFile);
   return text;
 }
@@ -1331,8 +1331,7 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
   if (multi) {
     out << "  " << std::left << std::setw(20) << "node_rank"
         << ": " << nodeRank
-        << (assignedLater ? " (assigned at rendezvous; shown as if this node got it)" : "")
-        << "\n"
+        << (assignedLater ? " (assigned at rendezvous; shown as if this node got it)" : "") << "\n"
         << "  " << std::setw(20) << "hosts_store"
         << ": " << (multi->hostsStore ? "yes" : "no") << "\n";
   }
@@ -1349,8 +1348,9 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
     out << "\nWorker " << offset + local << " (local rank " << local
         << "): " << quoteCommand(config.command) << "\n"
         << "  environment set by dtrun (the rest is inherited):\n";
-    for (std::string entry : agent::plannedWorkerEnvironment(
-             config, inherited, nodeRank, nodeCount, local, logBase + "/" + std::to_string(local))) {
+    for (std::string entry :
+         agent::plannedWorkerEnvironment(config, inherited, nodeRank, nodeCount, local,
+                                         logBase + "/" + std::to_string(local))) {
       if (inheritedEntries.count(entry) != 0) {
         continue;
       }

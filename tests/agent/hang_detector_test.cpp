@@ -3,10 +3,10 @@
 // and summary made from one record.
 #include "hang_detector.h"
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <catch2/catch.hpp>
-
+#include "progress_exchange.h"
 #include "run_report.h"
 
 using namespace std::chrono_literals;
@@ -137,4 +137,22 @@ TEST_CASE("the report and the summary come from one record", "[unit][agent]") {
   CHECK_THAT(summary, Catch::StartsWith("dtrun: job 'job9' failed after 1 attempt(s) in 2.00 s "
                                         "(exit code 3)\n"));
   CHECK_THAT(summary, Catch::Contains("attempt 0: 0.01-2.00 s, worker_failed: rank 1 failed"));
+}
+
+TEST_CASE("progress crosses nodes as ages, not clock readings", "[unit][agent]") {
+  namespace detail = dtrun::agent::detail;
+  const std::vector<RankProgress> ranks = {rank(2, 7, "all_reduce", "sub0", 40, 40),
+                                           rank(3, 8, "barrier", "world", -1, 45)};
+  const std::string text = detail::encodeProgress(ranks, 50 * kSecond);
+  // Read on a host whose monotonic clock says 1000 s: the same ages.
+  const auto decoded = detail::decodeProgress(text, 1000 * kSecond);
+  REQUIRE(decoded.size() == 2);
+  CHECK(decoded[0].rank == 2);
+  CHECK(decoded[0].host == "node3");
+  CHECK(decoded[0].snapshot.op == "all_reduce");
+  CHECK(decoded[0].snapshot.opStartNs == 990 * kSecond);
+  CHECK(decoded[1].snapshot.opStartNs == 0);
+  CHECK(decoded[1].snapshot.changedNs == 995 * kSecond);
+  CHECK(detail::decodeProgress("not json", 0).empty());
+  CHECK(detail::decodeProgress(R"([{"rank": 1}, 7])", 0).empty());
 }

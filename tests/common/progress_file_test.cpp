@@ -113,7 +113,8 @@ TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]")
   const std::string path = freshPath();
   REQUIRE(dtrun::progress::createProgressFile(path));
   const std::string command = "DTRUN_PROGRESS_FILE=" + path +
-                              " PYTHONPATH=" DTRUN_SOURCE_DIR "/python DTRUN_LOG_DIR= "
+                              " PYTHONPATH=" DTRUN_SOURCE_DIR
+                              "/python DTRUN_LOG_DIR= "
                               "/usr/bin/python3 -c 'import dtrun_progress as p; "
                               "p.mark_store_connected(); p.begin(\"load_batch\", \"world\", 12)'";
   REQUIRE(std::system(command.c_str()) == 0);  // NOLINT(concurrency-mt-unsafe)

@@ -9,6 +9,9 @@
 #   python  3 ranks of workers/hang_sleep.py (python/dtrun_progress.py): rank 1 sleeps forever
 #           in load_batch_forever(); its faulthandler stack (SIGUSR2) names that function.
 #   restart --max_restarts=1: both attempts hang, the report holds two "hang" attempts.
+#   nodes   two agents on loopback (static, 2 ranks each): rank 3 on node 1 deadlocks with rank
+#           0 on node 0. The agents exchange progress through the store: node 0's diagnosis
+#           names rank 3 too, both exit 124, and each dumps its own workers' stacks.
 # Every report is validated against docs/report.schema.json (python3-jsonschema). Loopback only.
 set -euo pipefail
 
@@ -26,7 +29,14 @@ for var in $(compgen -e); do
   [[ $var == PET_* ]] && unset "$var"
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+agents=()
+cleanup() {
+  local p
+  for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${agents[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 export DTRUN_TIMEOUT=120
 
 # check <report> <python expression over `r`, the report> <what it means>
@@ -72,6 +82,31 @@ timeout 90 "$DTRUN" --nproc_per_node=2 --hang_timeout=2 --max_restarts=1 --repor
 [[ $rc -eq 124 ]] || { tail -30 "$tmp/restart.out" >&2; die "restart: dtrun exited $rc, want 124"; }
 check "$tmp/restart.json" '[a["cause"] for a in r["attempts"]] == ["hang", "hang"]' "restart: two hang attempts"
 
+# --- two nodes: the suspect runs on the other node ---
+port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for node in 0 1; do
+  timeout 60 "$DTRUN" --nnodes=2 --node_rank=$node --master_addr=127.0.0.1 --master_port="$port" \
+    --rdzv_id=nodes --rdzv_conf=keep_alive_interval=0.5,close_timeout=5 --nproc_per_node=2 \
+    --hang_timeout=3 --report="$tmp/node$node.json" --log_dir="$tmp/logs/node$node" \
+    --no_python "$WORKER" --stuck=3 >"$tmp/node$node.out" 2>&1 &
+  agents+=("$!")
+done
+for node in 0 1; do
+  rc=0
+  wait "${agents[$node]}" || rc=$?
+  [[ $rc -eq 124 ]] || { tail -30 "$tmp/node$node.out" >&2; die "nodes: node $node exited $rc, want 124"; }
+done
+agents=()
+for node in 0 1; do
+  check "$tmp/node$node.json" 'r["hang"] is not None and r["nodes"]["count"] == 2 and r["world_size"] == 4' "nodes: node $node recorded the hang"
+done
+# Whichever node found it, the job's hang names rank 3 (node 1) as the suspect and rank 0 waiting.
+grep -h "dtrun: hang: " "$tmp/node0.out" "$tmp/node1.out" | grep -q "rank 3 on .* is in all_reduce #6 (group sub0)" ||
+  { grep -h "hang" "$tmp/node0.out" "$tmp/node1.out" >&2; die "nodes: no diagnosis names rank 3 in all_reduce #6 (group sub0)"; }
+grep -q stuckInAllReduce "$tmp/logs/node1/nodes/attempt_0/hang.txt" || die "nodes: node 1's hang.txt lacks stuckInAllReduce"
+grep -q "rank 0 (local rank 0" "$tmp/logs/node0/nodes/attempt_0/hang.txt" || die "nodes: node 0 did not dump its own stacks"
+
 $PYTHON "$root/tests/integration/validate_report.py" "$root/docs/report.schema.json" \
-  "$tmp/cpp.json" "$tmp/py.json" "$tmp/restart.json" || die "a hang report does not match the schema"
+  "$tmp/cpp.json" "$tmp/py.json" "$tmp/restart.json" "$tmp/node0.json" "$tmp/node1.json" ||
+  die "a hang report does not match the schema"
 echo "hang_report_test: passed"

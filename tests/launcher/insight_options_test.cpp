@@ -79,9 +79,9 @@ TEST_CASE("bad insight values are one line naming the flag", "[unit][launcher]")
 }
 
 TEST_CASE("the dry run shows this node's ranks and their environment", "[unit][launcher]") {
-  const auto p = planOk({"--nnodes=3", "--node_rank=2", "--master_addr=h0", "--master_port=29501",
-                         "--nproc_per_node=2", "--log_dir=/l", "--rdzv_id=j", "--no_python",
-                         "./train"});
+  const auto p =
+      planOk({"--nnodes=3", "--node_rank=2", "--master_addr=h0", "--master_port=29501",
+              "--nproc_per_node=2", "--log_dir=/l", "--rdzv_id=j", "--no_python", "./train"});
   const std::string text = launcher::dryRunText(p, {"HOME=/root", "RANK=99"});
   CHECK_THAT(text, Catch::Contains("Rank table (node 2 of 3, world size 6):"));
   CHECK_THAT(text, Catch::Contains("  4     0           2          /l/j/attempt_0/0\n"));

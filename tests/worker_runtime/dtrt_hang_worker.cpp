@@ -4,7 +4,8 @@
 // never joins, inside stuckInAllReduce(), while every other rank enters the next world
 // all_reduce and waits for it. Nothing returns until DTRUN_TIMEOUT; dtrun's --hang_timeout must
 // find it first. With `--ok` every rank runs its steps and exits 0 (the report's success case).
-//   dtrun --nproc_per_node=4 --hang_timeout=3 --no_python build/tests/worker_runtime/dtrt_hang_worker
+//   dtrun --nproc_per_node=4 --hang_timeout=3 --no_python
+//   build/tests/worker_runtime/dtrt_hang_worker
 #include <cstdlib>
 #include <iostream>
 #include <string>

@@ -47,12 +47,15 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const Context& context, Backe
   config.cudaDevice = options.cudaDevice >= 0 ? options.cudaDevice : context.localRank;
   switch (backend) {
     case Backend::kTcp:
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeTcpCommunicator(config), "world"));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeTcpCommunicator(config), "world"));
     case Backend::kGloo:
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeGlooCommunicator(config), "world"));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeGlooCommunicator(config), "world"));
     case Backend::kNccl:
 #ifdef DTRUN_HAVE_NCCL
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeNcclCommunicator(config), "world"));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeNcclCommunicator(config), "world"));
 #else
       break;
 #endif
