@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <system_error>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 
 #include <fcntl.h>
@@ -539,13 +539,12 @@ class Agent {
       a.worldSize = config_.nprocPerNode;
     }
     a.started = detail::Clock::now();
-    for (const Worker& w : workers_) {
+    for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
       detail::RankRecord rank;
-      rank.localRank = static_cast<int>(a.ranks.size());
-      rank.rank = (assignment_ ? assignment_->rankOffset : 0) + rank.localRank;
-      rank.logDir = (attemptDir_ / std::to_string(rank.localRank)).string();
+      rank.localRank = localRank;
+      rank.rank = (assignment_ ? assignment_->rankOffset : 0) + localRank;
+      rank.logDir = (attemptDir_ / std::to_string(localRank)).string();
       a.ranks.push_back(rank);
-      static_cast<void>(w);
     }
     record_.attempts.push_back(std::move(a));
   }
@@ -1087,7 +1086,7 @@ class Agent {
       std::cerr << "dtrun: run report in " << config_.reportFile << "\n";
     } else {
       std::cerr << "dtrun: cannot write the run report to " << config_.reportFile << ": "
-                << std::strerror(errno) << "\n";
+                << std::error_code(errno, std::generic_category()).message() << "\n";
     }
   }
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <map>
 #include <sstream>
+#include <system_error>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -195,8 +195,8 @@ std::string nativeStack(pid_t pid, const std::string& pathVariable,
   std::string path = "/tmp/dtrun-stack-XXXXXX";
   UniqueFd output(::mkostemp(path.data(), O_CLOEXEC));
   if (!output.valid()) {
-    return "(no stack: cannot create a temporary file: " + std::string(std::strerror(errno)) +
-           ")\n";
+    return "(no stack: cannot create a temporary file: " +
+           std::error_code(errno, std::generic_category()).message() + ")\n";
   }
   ::unlink(path.c_str());
   request.stdoutFd = output.get();

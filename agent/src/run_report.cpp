@@ -25,7 +25,8 @@ std::string isoTime(Clock::time_point time) {
   std::array<char, 40> buffer{};
   const std::size_t n = std::strftime(buffer.data(), buffer.size(), "%Y-%m-%dT%H:%M:%S", &utc);
   std::array<char, 8> millis{};
-  std::snprintf(millis.data(), millis.size(), ".%03dZ", static_cast<int>(ms.count() % 1000));
+  static_cast<void>(
+      std::snprintf(millis.data(), millis.size(), ".%03dZ", static_cast<int>(ms.count() % 1000)));
   return std::string(buffer.data(), n) + millis.data();
 }
 

@@ -99,6 +99,7 @@ done
 agents=()
 for node in 0 1; do
   check "$tmp/node$node.json" 'r["hang"] is not None and r["nodes"]["count"] == 2 and r["world_size"] == 4' "nodes: node $node recorded the hang"
+  check "$tmp/node$node.json" '0 <= (t := r["attempts"][0]["timeline"])["rendezvous_joined"] <= t["round_closed"] <= t["workers_spawned"]' "nodes: node $node's timeline has its rendezvous"
 done
 # Whichever node found it, the job's hang names rank 3 (node 1) as the suspect and rank 0 waiting.
 grep -h "dtrun: hang: " "$tmp/node0.out" "$tmp/node1.out" | grep -q "rank 3 on .* is in all_reduce #6 (group sub0)" ||
