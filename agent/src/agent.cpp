@@ -173,6 +173,9 @@ class Agent {
     for (const int sig : config_.signalsToHandle) {
       sigaddset(&set, sig);
     }
+    for (const int sig : config_.signalsToForward) {
+      sigaddset(&set, sig);
+    }
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     signalFd_ = UniqueFd(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
     if (!signalFd_.valid()) {
@@ -322,6 +325,13 @@ class Agent {
       reapAvailable();
       return;
     }
+    if (std::find(config_.signalsToForward.begin(), config_.signalsToForward.end(), sig) !=
+        config_.signalsToForward.end()) {
+      log::agent().info("received {}: forwarding it to every worker (the job keeps running)",
+                        detail::signalName(sig));
+      signalAll(sig);
+      return;
+    }
     if (stopReason_ == StopReason::kSignal && sig == SIGINT) {
       log::agent().warn("second SIGINT: killing every worker now");
       signalAll(SIGKILL);
@@ -435,7 +445,9 @@ class Agent {
   }
 
   void onStoreLost(const Status& status) {
-    if (finished_ || stopReason_ == StopReason::kStoreLost) {
+    // Already stopping for a signal: a scheduler's scancel reaches every node, and the store's
+    // host may be gone first; the exit code must still say "signalled" (128+signal), not 1.
+    if (finished_ || stopReason_ == StopReason::kStoreLost || stopReason_ == StopReason::kSignal) {
       return;
     }
     std::cerr << "dtrun: lost the rendezvous store at " << config_.masterAddr << ":" << storePort()

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <random>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "dtrun/launcher.h"
+#include "dtrun/scheduler.h"
 
 #include "log.h"
 
@@ -126,6 +128,10 @@ constexpr std::array kOptions = {
                "worker's stack and fails the round (default 0: off)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
+    OptionSpec{"scheduler", "", Kind::kValue, false,
+               "Batch scheduler whose allocation sets --nnodes, --node_rank, --master_addr, "
+               "--master_port and --rdzv_id when they are not given: auto, slurm, pbs or none "
+               "(default auto: SLURM_JOB_ID or PBS_JOBID)"},
     OptionSpec{"log_level", "", Kind::kValue, false,
                "dtrun's own logging: trace, debug, info, warn, error, critical or off (default "
                "$DTRUN_LOG_LEVEL or info)"},
@@ -265,7 +271,8 @@ class Resolver {
  public:
   Resolver(const RawOptions& raw, const HostFacts& host) : raw_(raw), host_(host) {}
 
-  [[nodiscard]] std::optional<Setting> find(std::string_view dest) const {
+  // What the user said: the command line, then PET_<DEST>.
+  [[nodiscard]] std::optional<Setting> given(std::string_view dest) const {
     if (const auto it = raw_.given.find(dest); it != raw_.given.end()) {
       return Setting{it->second, flagName(dest)};
     }
@@ -277,6 +284,23 @@ class Resolver {
       }
     }
     return std::nullopt;
+  }
+
+  // What the user said, else what the batch scheduler supplied.
+  [[nodiscard]] std::optional<Setting> find(std::string_view dest) const {
+    if (auto found = given(dest)) {
+      return found;
+    }
+    if (const auto it = supplied_.find(dest); it != supplied_.end()) {
+      return it->second;
+    }
+    return std::nullopt;
+  }
+
+  // A value from the batch scheduler, below anything the user gave. False when the user's wins.
+  bool supply(std::string_view dest, Setting setting) {
+    supplied_.insert_or_assign(std::string(dest), std::move(setting));
+    return !given(dest).has_value();
   }
 
   [[nodiscard]] Setting get(std::string_view dest, std::string_view fallback) const {
@@ -311,6 +335,7 @@ class Resolver {
  private:
   const RawOptions& raw_;  // both outlive the Resolver, a local of validate()
   const HostFacts& host_;
+  std::map<std::string, Setting, std::less<>> supplied_;
 };
 
 // The entrypoint and its arguments, minus a leading "--"; unknown options before the entrypoint
@@ -663,6 +688,14 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   }
   config.signalsToHandle = std::move(*signals);
   config.signalsToHandleText = signalsSetting.text;
+  // Preemption warnings (SIGUSR1/SIGUSR2, e.g. sbatch --signal=USR1@120) go to the workers and
+  // the job goes on, unless --signals_to_handle makes them stop signals as torchrun would.
+  for (const int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(config.signalsToHandle.begin(), config.signalsToHandle.end(), sig) ==
+        config.signalsToHandle.end()) {
+      config.signalsToForward.push_back(sig);
+    }
+  }
   return Status::ok();
 }
 
@@ -689,6 +722,118 @@ Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
   config.verbose = verbose.value();
   plan.dryRun = dryRun.value();
   return Status::ok();
+}
+
+// The batch scheduler's allocation, unless --scheduler none or --standalone turns detection off.
+Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& options,
+                                                             const HostFacts& host, bool standalone,
+                                                             LaunchPlan& plan) {
+  const auto modeSetting = options.get("scheduler", "auto");
+  const auto mode = scheduler::parseMode(trim(modeSetting.text));
+  if (!mode) {
+    return expected(modeSetting, "auto, slurm, pbs or none");
+  }
+  if (*mode == scheduler::Mode::kNone || standalone) {
+    plan.scheduler = standalone ? "none (--standalone)" : "none (--scheduler none)";
+    return std::optional<scheduler::Allocation>();
+  }
+  scheduler::JobEnvironment job;
+  job.env = host.env;
+  job.hostName = host.hostName;
+  job.readFile = host.readFile;
+  auto found = scheduler::detect(*mode, job);
+  if (found.isOk() && !found.value()) {
+    plan.scheduler = "none (neither SLURM_JOB_ID nor PBS_JOBID is set)";
+  }
+  return found;
+}
+
+// How the allocation was used, for the launch banner: what it supplied, which flags won.
+struct SchedulerUse {
+  std::vector<std::string> supplied;
+  std::vector<std::string> overridden;
+
+  void offer(Resolver& options, std::string_view dest, const std::string& value,
+             const std::string& from) {
+    if (options.supply(dest, Setting{value, from})) {
+      supplied.push_back(std::string(dest) + "=" + value + " (" + from + ")");
+    } else {
+      overridden.push_back(options.given(dest)->source);
+    }
+  }
+};
+
+// Refuses launches that cannot work in the allocation, and supplies the job id and node count.
+Status useAllocation(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use) {
+  const int nodes = static_cast<int>(a.hosts.size());
+  if (a.tasksOnThisNode > 1) {
+    // An error, not a warning: every one of them would claim this node's rank (static) or join
+    // as a node of its own, and each starts its own workers, so the job cannot be right.
+    return Status::invalidArgument(
+        a.tasksFrom + ": srun started " + std::to_string(a.tasksOnThisNode) +
+        " dtrun processes on this node, but dtrun starts the workers itself: run one per node "
+        "(srun --ntasks-per-node=1 dtrun --nproc_per_node=N ...), or pass --scheduler none");
+  }
+  if (!a.inStep && nodes > 1 && !options.given("nnodes")) {
+    return Status::invalidArgument(
+        "running in the batch script of a " + std::to_string(nodes) +
+        "-node SLURM job (no SLURM_STEP_ID), so it would start on " + a.hosts.front() +
+        " only and wait for the others: run one dtrun per node with srun --ntasks-per-node=1 "
+        "dtrun ..., or pass --nnodes=1 to use this node alone");
+  }
+  use.offer(options, "rdzv_id", a.jobId, a.jobIdFrom);
+  if (nodes > 1) {
+    use.offer(options, "nnodes", std::to_string(nodes), a.hostsFrom);
+  }
+  return Status::ok();
+}
+
+// With the static backend over the allocation's nodes: this node's rank, and the store on the
+// first host at the job's port (scheduler::jobPort: fixed per job, so no flag is needed, and two
+// jobs sharing a node do not both claim torchrun's 29500).
+void useAllocationRanks(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use,
+                        LaunchPlan& plan) {
+  const int nodes = static_cast<int>(a.hosts.size());
+  if (nodes <= 1 || plan.maxNodes != nodes ||
+      options.get("rdzv_backend", "static").text != "static") {
+    return;
+  }
+  const auto userRank = options.given("node_rank");
+  if (userRank && parseInt(userRank->text) != a.nodeIndex) {
+    plan.warnings.push_back(userRank->source + "=" + userRank->text + " but " + a.nodeIndexFrom +
+                            " says this is node " + std::to_string(a.nodeIndex) +
+                            ": was the variable expanded once in the batch script? (omit " +
+                            userRank->source + ": dtrun reads the scheduler's node index itself)");
+  }
+  use.offer(options, "node_rank", std::to_string(a.nodeIndex), a.nodeIndexFrom);
+  if (!options.given("rdzv_endpoint")) {
+    const std::string hostsVar = a.hostsFrom.substr(0, a.hostsFrom.find('='));
+    use.offer(options, "master_addr", a.hosts.front(), "the first host of " + hostsVar);
+    use.offer(options, "master_port", std::to_string(scheduler::jobPort(a)),
+              "derived from " + a.jobIdFrom);
+  }
+}
+
+std::string describeAllocation(const scheduler::Allocation& a, const SchedulerUse& use) {
+  const int nodes = static_cast<int>(a.hosts.size());
+  std::string text = std::string(scheduler::kindName(a.kind)) + " job " + a.jobId + ": " +
+                     std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + " from " +
+                     a.hostsFrom + ", this is node " + std::to_string(a.nodeIndex) + " (" +
+                     a.nodeIndexFrom + ")";
+  const auto join = [](const std::vector<std::string>& items) {
+    std::string joined;
+    for (const std::string& item : items) {
+      joined += (joined.empty() ? "" : ", ") + item;
+    }
+    return joined;
+  };
+  if (!use.supplied.empty()) {
+    text += "; supplies " + join(use.supplied);
+  }
+  if (!use.overridden.empty()) {
+    text += "; given explicitly: " + join(use.overridden);
+  }
+  return text;
 }
 
 // What every worker runs, as torchrun builds it (python -u [-m] <script> args, or the binary).
@@ -759,6 +904,9 @@ int runLaunch(const RawOptions& raw) {
   sigset_t handled;
   sigemptyset(&handled);
   for (const int signal : plan.config.signalsToHandle) {
+    sigaddset(&handled, signal);
+  }
+  for (const int signal : plan.config.signalsToForward) {
     sigaddset(&handled, signal);
   }
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
@@ -1042,7 +1190,7 @@ std::string parseErrorLine(const CLI::ParseError& error) {
 }
 
 Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
-  const Resolver options(raw, host);
+  Resolver options(raw, host);
   LaunchPlan plan;
   agent::AgentConfig& config = plan.config;
 
@@ -1083,12 +1231,28 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return s;
   }
 
+  auto allocation = detectScheduler(options, host, standalone, plan);
+  if (!allocation.isOk()) {
+    return allocation.status();
+  }
+  const std::optional<scheduler::Allocation>& job = allocation.value();
+  SchedulerUse schedulerUse;
+  if (job) {
+    if (auto s = useAllocation(*job, options, schedulerUse); !s.isOk()) {
+      return s;
+    }
+  }
+
   const auto nnodesSetting = options.get("nnodes", "1:1");
   auto nnodes = parseNnodes(nnodesSetting);
   if (!nnodes.isOk()) {
     return nnodes.status();
   }
   std::tie(plan.minNodes, plan.maxNodes) = nnodes.value();
+  if (job) {
+    useAllocationRanks(*job, options, schedulerUse, plan);
+    plan.scheduler = describeAllocation(*job, schedulerUse);
+  }
   const auto nodeRankSetting = options.get("node_rank", "0");
   auto nodeRank = parseNonNegative(nodeRankSetting);
   if (!nodeRank.isOk()) {
@@ -1128,6 +1292,11 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
       return multi.status();
     }
     config.multiNode = multi.value();
+    if (job) {
+      // The keeper orders nodes by it (after explicit ranks and the store's host), also in an
+      // elastic job that may grow beyond the allocation: its nodes then come first, in order.
+      config.multiNode->schedulerOrder = job->nodeIndex;
+    }
   }
 
   auto maxRestarts = parseNonNegative(options.get("max_restarts", "0"));
@@ -1272,6 +1441,19 @@ HostFacts readHostFacts() {
   };
   host.makeRunId = randomRunId;
   host.isThisHost = isThisMachine;
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) == 0) {
+    host.hostName = name.data();
+  }
+  host.readFile = [](const std::string& file) -> std::optional<std::string> {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      return std::nullopt;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return in.bad() ? std::nullopt : std::optional(text.str());
+  };
   return host;
 }
 
@@ -1298,6 +1480,7 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("rdzv_endpoint", plan.rdzvEndpoint + (config.storePort == 0 ? " (a free port)" : ""));
   row("rdzv_configs", "{" + conf + "}");
   row("master_addr", config.masterAddr);
+  row("scheduler", plan.scheduler);
   row("max_restarts", std::to_string(config.maxRestarts));
   row("monitor_interval", formatSeconds(plan.monitorInterval) + " (unused: dtrun does not poll)");
   row("role", config.role);
@@ -1305,6 +1488,12 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("redirects", streamsText(config.redirects));
   row("tee", streamsText(config.tee));
   row("signals_to_handle", config.signalsToHandleText);
+  std::string forwarded;
+  for (const int sig : config.signalsToForward) {
+    forwarded +=
+        (forwarded.empty() ? "" : ",") + std::string(sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+  }
+  row("signals_forwarded", forwarded.empty() ? "(none)" : forwarded + " (the job keeps running)");
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
   row("hang_timeout",

@@ -43,6 +43,10 @@ struct HostFacts {
   std::function<bool(const std::string& host)> isThisHost = [](const std::string&) {
     return false;
   };
+  std::string hostName;  // gethostname(): finds this node in PBS_NODEFILE
+  // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
+  std::function<std::optional<std::string>(const std::string& path)> readFile =
+      [](const std::string&) { return std::optional<std::string>(); };
   // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
   std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
 };
@@ -55,8 +59,10 @@ struct LaunchPlan {
   std::string rdzvBackend;   // "static" or "c10d"
   std::string rdzvEndpoint;  // host:port the store serves ("...:0" = a free port)
   std::vector<std::pair<std::string, std::string>> rdzvConf;
-  double monitorInterval = 0.1;       // accepted for compatibility; dtrun does not poll
-  std::string logLevel;               // "" = DTRUN_LOG_LEVEL or info
+  double monitorInterval = 0.1;  // accepted for compatibility; dtrun does not poll
+  std::string logLevel;          // "" = DTRUN_LOG_LEVEL or info
+  std::string
+      scheduler;  // the banner's account of the batch scheduler: what it supplied, from where
   std::vector<std::string> notices;   // printed verbatim to stderr (torchrun's boxed notices)
   std::vector<std::string> warnings;  // logged at warn level once logging is up
   bool dryRun = false;                // --dry-run: print the plan and start nothing
@@ -67,9 +73,9 @@ struct LaunchPlan {
 // app.prefix_command() so arguments after the entrypoint reach the program untouched.
 void addLaunchOptions(CLI::App& app, RawOptions& raw);
 
-// Checks the options, resolves command line > PET_<DEST> > torchrun's default, and builds the
-// plan. An error's message is one line naming the flag (or environment variable) and what was
-// expected, without the "dtrun: " prefix.
+// Checks the options, resolves command line > PET_<DEST> > the batch scheduler's allocation
+// (--scheduler) > torchrun's default, and builds the plan. An error's message is one line naming
+// the flag (or environment variable) and what was expected, without the "dtrun: " prefix.
 [[nodiscard]] Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host);
 
 // Facts about the running process: its environment, /dev/nvidia[0-9]* and CUDA_VISIBLE_DEVICES,

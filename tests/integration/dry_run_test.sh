@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # dtrun --dry-run, run for real: the resolved plan, the rank table and each worker's environment
 # on stdout, exit 0, and nothing started (no log directory, no store, no worker). A static
-# two-node job seen from node 1 and an elastic c10d job; then the bad values of the new options.
+# two-node job seen from node 1, an elastic c10d job, node 2 of a SLURM-shaped 3-node step
+# (the scheduler's detection fills what the flags leave out); then the bad values of the new
+# options.
 #   bash tests/integration/dry_run_test.sh /abs/path/to/dtrun
-# SLURM-shaped environments: scheduler detection is another component; this test gives the
-# multi-node placement through explicit flags. Nothing here opens a socket.
+# Nothing here opens a socket.
 set -euo pipefail
 
 DTRUN=${1:?usage: dry_run_test.sh /path/to/dtrun}
@@ -12,9 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 die() { echo "dry_run_test: FAIL: $*" >&2; exit 1; }
 [[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
+while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(SLURM|PBS)_|^PET_' || true)
 
 # expect_line <file> <fixed text>: the file has a line containing it.
 expect_line() { grep -qF -- "$2" "$1" || { sed 's/^/    /' "$1" >&2; die "no line with '$2' in $1"; }; }
@@ -52,6 +51,24 @@ expect_line "$tmp/out" "(assigned at rendezvous; shown as if this node got it)"
 expect_line "$tmp/out" "Rank table (node 0 of 3, world size 9):"
 expect_line "$tmp/out" "    RANK=2"
 expect_line "$tmp/out" "    MASTER_ADDR=h9.example"
+
+# Node 2 of a 3-node SLURM step: nodes, node rank, master and run id come from SLURM_*.
+rc=0
+env SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_STEP_NODELIST='node[1-3]' SLURM_STEP_NUM_NODES=3 \
+  SLURM_NODEID=2 SLURM_STEP_TASKS_PER_NODE='1(x3)' timeout 20 "$DTRUN" --dry-run \
+  --nproc_per_node=2 --log_dir="$tmp/logs" --no_python "$tmp/never-run" >"$tmp/out" 2>"$tmp/err" \
+  </dev/null || rc=$?
+[[ $rc -eq 0 ]] || { cat "$tmp/err" >&2; die "SLURM dry run exited $rc"; }
+expect_line "$tmp/out" "scheduler           : slurm job 4242.0: 3 nodes from SLURM_STEP_NODELIST=node[1-3], this is node 2 (SLURM_NODEID=2)"
+expect_line "$tmp/out" "Rank table (node 2 of 3, world size 6):"
+grep -qE "^  5 +1 +2 +$tmp/logs/4242.0/attempt_0/1$" "$tmp/out" || die "SLURM: no rank table row for rank 5"
+port=$(sed -nE 's/^  rdzv_endpoint +: node1:([0-9]+)$/\1/p' "$tmp/out")
+[[ -n $port ]] || die "SLURM: the store is not on the step's first host node1"
+for entry in RANK=5 WORLD_SIZE=6 GROUP_RANK=2 GROUP_WORLD_SIZE=3 MASTER_ADDR=node1 "MASTER_PORT=$port" \
+  TORCHELASTIC_RUN_ID=4242.0; do
+  expect_line "$tmp/out" "    $entry"
+done
+[[ ! -e $tmp/logs ]] || die "the SLURM dry run created the log directory"
 
 # One node with a free port.
 rc=0

@@ -63,6 +63,9 @@ struct AgentConfig {
   // Signals that stop the job: forwarded to every worker group, then dtrun exits 128+signal.
   std::vector<int> signalsToHandle;
   std::string signalsToHandleText;  // as given, exported as TORCHELASTIC_SIGNALS_TO_HANDLE
+  // Signals passed on to every worker group while the job keeps running: a scheduler's
+  // preemption warning (sbatch --signal=USR1@120) reaches the workers, which may checkpoint.
+  std::vector<int> signalsToForward;
 
   // The agent's store, which workers find at MASTER_ADDR:MASTER_PORT. Port 0 picks a free port
   // (the bound one is what workers get; nothing is bound and released).
