@@ -653,8 +653,19 @@ class Agent {
   void checkForHang() {
     std::vector<detail::RankProgress> ranks = localProgress();
     if (exchange_ && assignment_) {
+      // The other nodes matter once this node's ranks have been quiet for half the timeout:
+      // reading them earlier would cost every node O(nodes) requests on every tick.
+      const std::int64_t now = progress::monotonicNs();
+      std::int64_t newest = 0;
+      for (const auto& rank : ranks) {
+        newest = std::max(newest, rank.snapshot.ops > 0 ? rank.snapshot.changedNs : 0);
+      }
+      const bool quiet = now - newest >= std::chrono::nanoseconds(config_.hangTimeout).count() / 2;
+      if (!quiet) {
+        remoteProgress_.clear();  // stale the moment this node's ranks move again
+      }
       exchange_->exchange(static_cast<std::int64_t>(assignment_->round), assignment_->nodeRank,
-                          assignment_->nodeCount, ranks,
+                          assignment_->nodeCount, ranks, quiet,
                           [this](std::vector<detail::RankProgress> remote) {
                             remoteProgress_ = std::move(remote);
                           });

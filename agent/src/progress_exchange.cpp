@@ -79,14 +79,14 @@ std::string ProgressExchange::keyOf(std::int64_t round, int nodeRank) const {
 }
 
 void ProgressExchange::exchange(std::int64_t round, int nodeRank, int nodeCount,
-                                const std::vector<RankProgress>& ranks,
+                                const std::vector<RankProgress>& ranks, bool readOthers,
                                 std::function<void(std::vector<RankProgress>)> then) {
   if (*busy_) {
     return;
   }
   *busy_ = true;
   std::vector<std::string> others;
-  for (int node = 0; node < nodeCount; ++node) {
+  for (int node = 0; readOthers && node < nodeCount; ++node) {
     if (node != nodeRank) {
       others.push_back(keyOf(round, node));
     }
@@ -109,9 +109,10 @@ void ProgressExchange::exchange(std::int64_t round, int nodeRank, int nodeCount,
         }
       }
     }
-    boost::asio::post(io_, [busy, ok, texts = std::move(texts), then = std::move(then)] {
+    const bool answer = ok && !others.empty();
+    boost::asio::post(io_, [busy, answer, texts = std::move(texts), then = std::move(then)] {
       *busy = false;
-      if (!ok) {
+      if (!answer) {
         return;
       }
       std::vector<RankProgress> found;

@@ -39,12 +39,13 @@ class ProgressExchange {
   ProgressExchange& operator=(ProgressExchange&&) = delete;
   ~ProgressExchange();
 
-  // Publishes `ranks` as node `nodeRank` of `round` and reads the other nodes' latest; `then`
-  // runs on the io_context with their ranks. A call while the previous one is still under way
-  // is dropped (the next timer tick tries again). Store errors leave `then` uncalled: the
-  // agent's own liveness checks judge the store.
+  // Publishes `ranks` as node `nodeRank` of `round` (one set) and, with `readOthers`, reads the
+  // other nodes' latest (O(nodes) requests: the agent asks only once its own ranks went quiet);
+  // `then` runs on the io_context with their ranks. A call while the previous one is still
+  // under way is dropped (the next timer tick tries again). Store errors leave `then` uncalled:
+  // the agent's own liveness checks judge the store.
   void exchange(std::int64_t round, int nodeRank, int nodeCount,
-                const std::vector<RankProgress>& ranks,
+                const std::vector<RankProgress>& ranks, bool readOthers,
                 std::function<void(std::vector<RankProgress>)> then);
 
  private:
