@@ -9,9 +9,11 @@ every collective; a Python worker writes it through this module:
         with progress.op("train_step"):         # or begin("all_reduce", group="world", nbytes=n) ... end()
             train_one_step()
 
-Importing it also registers faulthandler on SIGUSR2 (DTRUN_STACK_SIGNAL overrides the number),
-writing every thread's Python stack to <DTRUN_LOG_DIR>/python_stack.txt, and records that signal
-in the progress file: the agent sends it only to workers that registered it. Outside dtrun (no
+Importing it also registers faulthandler on SIGRTMIN+2 (DTRUN_STACK_SIGNAL overrides the
+number), writing every thread's Python stack to <DTRUN_LOG_DIR>/python_stack.txt, and records
+that signal in the progress file: the agent sends it only to workers that registered it. A
+real-time signal, because SIGUSR1/SIGUSR2 are the batch schedulers' preemption warnings, which
+dtrun forwards to the workers and which training scripts handle themselves. Outside dtrun (no
 DTRUN_PROGRESS_FILE) every call does nothing.
 
 File layout (little-endian; see common/src/progress_file.h, the one definition):
@@ -56,7 +58,7 @@ def _open():
     struct.pack_into("<i", _map, 68, os.getpid())
     log_dir = os.environ.get("DTRUN_LOG_DIR")
     if log_dir:
-        stack_signal = int(os.environ.get("DTRUN_STACK_SIGNAL", int(signal.SIGUSR2)))
+        stack_signal = int(os.environ.get("DTRUN_STACK_SIGNAL", int(signal.SIGRTMIN) + 2))
         # Kept open for the life of the process: faulthandler writes to its descriptor.
         _stack_file = open(os.path.join(log_dir, "python_stack.txt"), "w")
         faulthandler.register(stack_signal, file=_stack_file, all_threads=True)

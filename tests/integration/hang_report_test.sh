@@ -7,7 +7,7 @@
 #           exit 124, name rank 1 as the suspect, and the report and hang.txt must hold rank 1's
 #           stack with stuckInAllReduce.
 #   python  3 ranks of workers/hang_sleep.py (python/dtrun_progress.py): rank 1 sleeps forever
-#           in load_batch_forever(); its faulthandler stack (SIGUSR2) names that function.
+#           in load_batch_forever(); its faulthandler stack (SIGRTMIN+2) names that function.
 #   restart --max_restarts=1: both attempts hang, the report holds two "hang" attempts.
 #   nodes   two agents on loopback (static, 2 ranks each): rank 3 on node 1 deadlocks with rank
 #           0 on node 0. The agents exchange progress through the store: node 0's diagnosis
