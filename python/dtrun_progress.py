@@ -33,7 +33,7 @@ import time
 
 _MAGIC = 0x3147525054525444
 _SIZE = 256
-_lock = threading.Lock()
+_lock = threading.RLock()
 _map = None
 _stack_file = None
 
@@ -85,10 +85,11 @@ def begin(op, group="", nbytes=0):
     """Marks the start of an operation (a training step, a collective)."""
     if _map is None:
         return
-    now = time.monotonic_ns()
-    ops = struct.unpack_from("<Q", _map, 16)[0] + 1
-    _update([(16, "<Q", ops), (24, "<q", now), (32, "<q", now), (40, "<Q", nbytes),
-             (72, "40s", _text(op, 40)), (112, "48s", _text(group, 48))])
+    with _lock:  # the count is read and written under the one lock, as every field
+        now = time.monotonic_ns()
+        ops = struct.unpack_from("<Q", _map, 16)[0] + 1
+        _update([(16, "<Q", ops), (24, "<q", now), (32, "<q", now), (40, "<Q", nbytes),
+                 (72, "40s", _text(op, 40)), (112, "48s", _text(group, 48))])
 
 
 def end():
