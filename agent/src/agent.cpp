@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <system_error>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 
 #include <fcntl.h>
@@ -29,9 +30,13 @@
 
 #include "child_process.h"
 #include "failure_report.h"
+#include "hang_detector.h"
 #include "job_coordinator.h"
 #include "log.h"
 #include "output_pump.h"
+#include "progress_exchange.h"
+#include "progress_file.h"
+#include "run_report.h"
 #include "worker_env.h"
 
 extern char** environ;  // NOLINT: POSIX declares it nowhere
@@ -47,6 +52,14 @@ using detail::WorkerFailure;
 
 constexpr int kExitCannotRun = 127;
 constexpr std::size_t kStderrTailLines = 20;
+// A hang fails the round with timeout(1)'s code, so scripts can tell it from a worker's own.
+constexpr int kExitHang = 124;
+constexpr std::chrono::milliseconds kStackToolTimeout{15000};
+// How long a Python worker gets to write its stacks after the signal (faulthandler writes
+// from the signal handler, so this is only the scheduling delay).
+constexpr std::chrono::milliseconds kPythonStackWait{2000};
+constexpr std::chrono::milliseconds kHangCheckMax{1000};
+constexpr std::chrono::milliseconds kPeerDumpGrace{2000};
 
 std::vector<std::string> environSnapshot() {
   std::vector<std::string> out;
@@ -91,6 +104,7 @@ struct Worker {
   std::unique_ptr<detail::OutputPump> out;
   std::unique_ptr<detail::OutputPump> err;
   std::optional<ExitStatus> status;
+  std::optional<progress::ProgressReader> progress;  // mapped once the worker started
 };
 
 // Why the group is being stopped: a worker failed (restart or report), a handled signal arrived
@@ -115,12 +129,27 @@ void describeFromFiles(WorkerFailure& failure, const fs::path& dir) {
 class Agent {
  public:
   explicit Agent(const AgentConfig& config)
-      : config_(config), graceTimer_(io_), inheritedEnv_(environSnapshot()), host_(hostName()) {}
+      : config_(config),
+        graceTimer_(io_),
+        hangTimer_(io_),
+        inheritedEnv_(environSnapshot()),
+        host_(hostName()) {
+    record_.runId = config.runId;
+    record_.entrypoint = config.entrypointName;
+    record_.command = config.command;
+    record_.host = host_;
+    record_.minNodes = config.multiNode ? config.multiNode->minNodes : 1;
+    record_.maxNodes = config.multiNode ? config.multiNode->maxNodes : 1;
+    record_.nprocPerNode = config.nprocPerNode;
+    record_.maxRestarts = config.maxRestarts;
+    record_.agentStart = detail::Clock::now();
+  }
 
   int run() {
     if (auto s = prepare(); !s.isOk()) {
       std::cerr << "dtrun: " << s.message() << "\n";
-      return s.code() == Errc::kNotFound ? kExitCannotRun : 1;
+      finish(s.code() == Errc::kNotFound ? kExitCannotRun : 1);
+      return exitCode_;
     }
     watchSignals();
     if (job_) {
@@ -231,6 +260,15 @@ class Agent {
     job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(member).value(),
                                                     multi.keepAliveInterval,
                                                     [this](const Status& s) { onStoreLost(s); });
+    if (config_.hangTimeout.count() > 0) {  // the other nodes' ranks, for the diagnosis
+      auto exchange = detail::ProgressExchange::connect(io_, client, config_.runId);
+      if (exchange.isOk()) {
+        exchange_ = std::move(exchange).value();
+      } else {
+        log::agent().warn("hang detection sees this node's ranks only: {}",
+                          exchange.status().message());
+      }
+    }
     return Status::ok();
   }
 
@@ -332,6 +370,7 @@ class Agent {
                       config_.masterAddr, storePort(), config_.multiNode->minNodes,
                       config_.multiNode->maxNodes);
     workers_.clear();
+    joinSent_ = detail::Clock::now();
     job_->join([this](const rdzv::JoinOutcome& outcome) { onJoined(outcome); },
                [this](const Status& s) { onStoreLost(s); });
   }
@@ -346,6 +385,7 @@ class Agent {
     }
     const auto& a = outcome.assignment;
     assignment_ = a;
+    roundClosed_ = detail::Clock::now();
     roundEnd_.reset();
     restartCount_ = a.attempt;
     log::agent().info("round {}: node {} of {}, ranks {}..{} of world size {}, attempt {}", a.round,
@@ -362,6 +402,11 @@ class Agent {
       log::agent().warn("round {} ended: {}; stopping this node's workers", assignment_->round,
                         end.message);
       stopReason_ = StopReason::kRoundEnded;
+      if (end.exitCode == kExitHang && config_.hangTimeout.count() > 0) {
+        dumpForPeerHang(end);
+        stopAfterPeerDumps();
+        return;
+      }
       beginStop(SIGTERM);
       return;
     }
@@ -401,6 +446,9 @@ class Agent {
       }
     }
     std::cerr << "dtrun: job '" << config_.runId << "' is over: " << end.message << "\n";
+    if (auto root = detail::decodeFailure(end.detail)) {
+      record_.rootCause = *root;
+    }
     if (!failures.empty()) {
       std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures);
     }
@@ -442,6 +490,10 @@ class Agent {
     workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
     stopReason_ = StopReason::kNone;
     failures_.clear();
+    hangThisAttempt_ = false;
+    remoteProgress_.clear();
+    attemptDir_ = attemptDir;
+    beginAttemptRecord();
     Status status = Status::ok();
     for (int localRank = 0; localRank < config_.nprocPerNode && status.isOk(); ++localRank) {
       Worker& w = workers_[static_cast<std::size_t>(localRank)];
@@ -451,15 +503,28 @@ class Agent {
       fs::create_directory(w.dir, ec);
       w.outLog = openLog(w.dir / "stdout.log");
       w.errLog = openLog(w.dir / "stderr.log");
+      if (!progress::createProgressFile((w.dir / "progress").string())) {
+        log::agent().warn("cannot create {}: rank {} reports no progress",
+                          (w.dir / "progress").string(), w.rank);
+      }
       status = startWorker(w);
       if (status.isOk() && anyStartedWorkerFailed()) {
         break;
       }
     }
+    attempt().spawned = detail::Clock::now();
     for (auto& w : workers_) {
       if (w.child) {
-        if (auto s = w.child->confirmExec(); !s.isOk() && status.isOk()) {
+        auto s = w.child->confirmExec();
+        if (!s.isOk() && status.isOk()) {
           status = s;
+        } else if (s.isOk() && !attempt().firstRunning) {
+          attempt().firstRunning = detail::Clock::now();
+        }
+        auto& rank = attempt().ranks[static_cast<std::size_t>(w.localRank)];
+        rank.pid = w.child->pid();
+        if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
+          w.progress.emplace(std::move(*reader));
         }
       }
     }
@@ -482,6 +547,301 @@ class Agent {
     }
     log::agent().info("attempt {}: started {} of {} worker(s) of {}", restartCount_, started,
                       config_.nprocPerNode, config_.entrypointName);
+    armHangCheck();
+  }
+
+  // ---- the run report ----
+
+  detail::AttemptRecord& attempt() { return record_.attempts.back(); }
+
+  void beginAttemptRecord() {
+    detail::AttemptRecord a;
+    a.attempt = restartCount_;
+    if (assignment_) {
+      a.round = static_cast<int>(assignment_->round);
+      a.nodeRank = assignment_->nodeRank;
+      a.nodeCount = assignment_->nodeCount;
+      a.worldSize = assignment_->worldSize;
+      a.rendezvousJoined = joinSent_;
+      a.roundClosed = roundClosed_;
+    } else {
+      a.worldSize = config_.nprocPerNode;
+    }
+    a.started = detail::Clock::now();
+    for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+      detail::RankRecord rank;
+      rank.localRank = localRank;
+      rank.rank = (assignment_ ? assignment_->rankOffset : 0) + localRank;
+      rank.logDir = (attemptDir_ / std::to_string(localRank)).string();
+      a.ranks.push_back(rank);
+    }
+    record_.attempts.push_back(std::move(a));
+  }
+
+  // The startup milestones the workers wrote into their progress files.
+  void collectTimeline() {
+    const auto toClock = [](std::int64_t ns) -> std::optional<detail::Clock::time_point> {
+      if (ns == 0) {
+        return std::nullopt;
+      }
+      return detail::Clock::time_point(
+          std::chrono::duration_cast<detail::Clock::duration>(std::chrono::nanoseconds(ns)));
+    };
+    for (const Worker& w : workers_) {
+      if (!w.progress) {
+        continue;
+      }
+      if (const auto snapshot = w.progress->read()) {
+        auto& rank = attempt().ranks[static_cast<std::size_t>(w.localRank)];
+        rank.storeConnected = toClock(snapshot->storeConnectedNs);
+        rank.communicatorReady = toClock(snapshot->commReadyNs);
+      }
+    }
+  }
+
+  void endAttemptRecord() {
+    if (record_.attempts.empty() || attempt().ended) {
+      return;
+    }
+    collectTimeline();
+    attempt().ended = detail::Clock::now();
+    switch (stopReason_) {
+      case StopReason::kNone:
+        attempt().cause = failures_.empty() ? "succeeded" : "worker_failed";
+        break;
+      case StopReason::kFailure:
+        attempt().cause = hangThisAttempt_ ? "hang" : "worker_failed";
+        break;
+      case StopReason::kSignal:
+        attempt().cause = "signal";
+        attempt().message = "received " + detail::signalName(stopSignal_);
+        break;
+      case StopReason::kStartup:
+        attempt().cause = "startup_failed";
+        break;
+      case StopReason::kRoundEnded:
+        attempt().cause = "round_ended";
+        attempt().message = roundEnd_ ? roundEnd_->message : "";
+        break;
+      case StopReason::kStoreLost:
+        attempt().cause = "store_lost";
+        break;
+    }
+    if (!failures_.empty() && attempt().message.empty()) {
+      const WorkerFailure& f = failures_.front();
+      attempt().message = hangThisAttempt_ && record_.hang ? record_.hang->summary
+                                                           : "rank " + std::to_string(f.rank) +
+                                                                 " failed: " + f.status.describe();
+    }
+    if (config_.verbose) {
+      std::cerr << detail::formatTimeline(record_, attempt());
+    }
+  }
+
+  // ---- hang detection ----
+
+  void armHangCheck() {
+    if (config_.hangTimeout.count() <= 0) {
+      return;
+    }
+    hangTimer_.expires_after(
+        std::clamp(config_.hangTimeout / 4, std::chrono::milliseconds(50), kHangCheckMax));
+    hangTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopReason_ != StopReason::kNone || finished_) {
+        return;
+      }
+      checkForHang();
+    });
+  }
+
+  [[nodiscard]] std::vector<detail::RankProgress> localProgress() const {
+    std::vector<detail::RankProgress> ranks;
+    for (const Worker& w : workers_) {
+      if (!w.child || !w.child->running() || !w.progress) {
+        continue;
+      }
+      if (auto snapshot = w.progress->read()) {
+        ranks.push_back(detail::RankProgress{w.rank, w.child->pid(), host_, *snapshot});
+      }
+    }
+    return ranks;
+  }
+
+  void checkForHang() {
+    std::vector<detail::RankProgress> ranks = localProgress();
+    if (exchange_ && assignment_) {
+      // The other nodes matter once this node's ranks have been quiet for half the timeout:
+      // reading them earlier would cost every node O(nodes) requests on every tick.
+      const std::int64_t now = progress::monotonicNs();
+      std::int64_t newest = 0;
+      for (const auto& rank : ranks) {
+        newest = std::max(newest, rank.snapshot.ops > 0 ? rank.snapshot.changedNs : 0);
+      }
+      const bool quiet = now - newest >= std::chrono::nanoseconds(config_.hangTimeout).count() / 2;
+      if (!quiet) {
+        remoteProgress_.clear();  // stale the moment this node's ranks move again
+      }
+      exchange_->exchange(static_cast<std::int64_t>(assignment_->round), assignment_->nodeRank,
+                          assignment_->nodeCount, ranks, quiet,
+                          [this](std::vector<detail::RankProgress> remote) {
+                            remoteProgress_ = std::move(remote);
+                          });
+      const int first = assignment_->rankOffset;
+      const int last = first + config_.nprocPerNode;
+      for (const auto& remote : remoteProgress_) {
+        if (remote.rank < first || remote.rank >= last) {
+          ranks.push_back(remote);
+        }
+      }
+      std::sort(ranks.begin(), ranks.end(),
+                [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    }
+    auto diagnosis = detail::diagnoseHang(ranks, progress::monotonicNs(), config_.hangTimeout);
+    if (!diagnosis) {
+      armHangCheck();
+      return;
+    }
+    onHang(std::move(*diagnosis));
+  }
+
+  // Dumps every running worker's stacks into <rank>/stack.txt and hang.txt (with the
+  // diagnosis first) and records the hang for the report.
+  void dumpStacks(detail::HangDiagnosis& diagnosis) {
+    log::agent().warn("dumping the stacks of every worker into {}", attemptDir_.string());
+    // Python workers first: faulthandler writes from the signal handler while eu-stack works.
+    for (const Worker& w : workers_) {
+      if (w.child && w.child->running() && w.progress) {
+        if (const auto snapshot = w.progress->read(); snapshot && snapshot->stackSignal > 0) {
+          ::kill(w.child->pid(), snapshot->stackSignal);
+        }
+      }
+    }
+    const std::string path = envValue(inheritedEnv_, "PATH");
+    std::string hangText =
+        "dtrun: hang detected (" + diagnosis.reason + "): " + diagnosis.summary + "\n";
+    for (const Worker& w : workers_) {
+      if (!w.child || !w.child->running()) {
+        continue;
+      }
+      std::string stack = detail::nativeStack(w.child->pid(), path, kStackToolTimeout);
+      const auto snapshot = w.progress ? w.progress->read() : std::nullopt;
+      if (snapshot && snapshot->stackSignal > 0) {
+        const fs::path pythonStack = w.dir / "python_stack.txt";
+        const auto deadline = std::chrono::steady_clock::now() + kPythonStackWait;
+        std::error_code ec;
+        while (fs::file_size(pythonStack, ec) == 0 && std::chrono::steady_clock::now() < deadline) {
+          ::usleep(20000);
+        }
+        stack +=
+            "\nPython stacks (faulthandler):\n" + detail::tailOfFile(pythonStack.string(), 200);
+      }
+      const fs::path stackFile = w.dir / "stack.txt";
+      static_cast<void>(detail::writeFileAtomically(stackFile.string(), stack));
+      hangText += "\n==== rank " + std::to_string(w.rank) + " (local rank " +
+                  std::to_string(w.localRank) + ", pid " + std::to_string(w.child->pid()) +
+                  ") ====\n" + stack;
+      for (auto& rank : diagnosis.ranks) {
+        if (rank.rank == w.rank) {
+          rank.stackFile = stackFile.string();
+          rank.stack = stack;
+        }
+      }
+    }
+    const fs::path hangFile = attemptDir_ / "hang.txt";
+    static_cast<void>(detail::writeFileAtomically(hangFile.string(), hangText));
+    std::cerr << "dtrun: hang: " << diagnosis.summary
+              << "\ndtrun: stacks of this node's workers in " << hangFile.string() << "\n";
+    detail::HangRecord hang;
+    hang.detectedAt = detail::Clock::now();
+    hang.reason = diagnosis.reason;
+    hang.summary = diagnosis.summary;
+    hang.reportFile = hangFile.string();
+    hang.ranks = diagnosis.ranks;
+    record_.hang = std::move(hang);
+  }
+
+  // Fails the round as a worker failure would (so the restart rules apply), naming the first
+  // suspect on whichever node it runs, and dumps the stacks. The round's end goes out before
+  // the dumps and the stop: the other nodes dump their workers' stacks meanwhile, before this
+  // node's stopped workers break their connections.
+  void onHang(detail::HangDiagnosis diagnosis) {
+    log::agent().error("hang: {}", diagnosis.summary);
+    const auto suspect = std::find_if(diagnosis.ranks.begin(), diagnosis.ranks.end(),
+                                      [](const detail::HangRank& r) { return r.suspect; });
+    WorkerFailure failure;
+    failure.localRank = -1;  // a rank of another node
+    if (suspect != diagnosis.ranks.end()) {
+      failure.rank = suspect->rank;
+      failure.pid = suspect->pid;
+      failure.host = suspect->host;
+      for (const Worker& w : workers_) {
+        if (w.rank == suspect->rank) {
+          failure.localRank = w.localRank;
+          failure.nodeRank = assignment_ ? assignment_->nodeRank : -1;
+        }
+      }
+    }
+    failure.status = ExitStatus{false, kExitHang};
+    failure.time = detail::Clock::now();
+    failure.errorFile = (attemptDir_ / "hang.txt").string();
+    failure.message = "hang: " + diagnosis.summary;
+    hangThisAttempt_ = true;
+    stopReason_ = StopReason::kFailure;
+    failures_.push_back(failure);
+    if (job_) {
+      job_->endRound(rdzv::RoundEnd{rdzv::RoundEnd::Kind::kFailure,
+                                    "hang found on " + host_ + ": " + diagnosis.summary,
+                                    detail::encodeFailure(failure), kExitHang});
+    }
+    dumpStacks(diagnosis);
+    if (job_) {
+      stopAfterPeerDumps();
+    } else {
+      beginStop(SIGTERM);
+    }
+  }
+
+  // Another node found the hang: this node's stacks belong in the diagnosis too. The suspect is
+  // the rank the round's end names.
+  void dumpForPeerHang(const rdzv::RoundEnd& end) {
+    const auto root = detail::decodeFailure(end.detail);
+    detail::HangDiagnosis diagnosis;
+    diagnosis.reason = "no_progress";
+    diagnosis.summary = end.message;
+    const std::int64_t now = progress::monotonicNs();
+    std::vector<detail::RankProgress> ranks = localProgress();
+    for (const auto& remote : remoteProgress_) {
+      if (std::none_of(ranks.begin(), ranks.end(),
+                       [&](const auto& r) { return r.rank == remote.rank; })) {
+        ranks.push_back(remote);
+      }
+    }
+    std::sort(ranks.begin(), ranks.end(),
+              [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    for (const auto& rank : ranks) {
+      diagnosis.ranks.push_back(detail::hangRankOf(rank, now, root && root->rank == rank.rank));
+    }
+    if (root && std::none_of(diagnosis.ranks.begin(), diagnosis.ranks.end(),
+                             [](const detail::HangRank& r) { return r.suspect; })) {
+      detail::HangRank suspect;  // on a node whose progress this one never saw
+      suspect.rank = root->rank;
+      suspect.host = root->host;
+      suspect.pid = root->pid;
+      suspect.suspect = true;
+      diagnosis.ranks.push_back(suspect);
+    }
+    dumpStacks(diagnosis);
+  }
+
+  // Every node of a hung job dumps its stacks at about the same time; stopping this node's
+  // workers at once would break the connections of workers another node is still dumping.
+  void stopAfterPeerDumps() {
+    hangTimer_.expires_after(kPeerDumpGrace);
+    hangTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !finished_) {
+        beginStop(SIGTERM);
+      }
+    });
   }
 
   // Peeks (without reaping) whether a worker of the group being started already exited badly.
@@ -520,6 +880,7 @@ class Agent {
     placement.masterPort = storePort();
     placement.errorFile = (w.dir / "error.json").string();
     placement.logDir = w.dir.string();
+    placement.progressFile = (w.dir / "progress").string();
 
     detail::SpawnRequest request;
     request.path = executable_;
@@ -599,6 +960,9 @@ class Agent {
 
   void onWorkerExited(Worker& w, ExitStatus status) {
     w.status = status;
+    if (!record_.attempts.empty()) {
+      attempt().ranks[static_cast<std::size_t>(w.localRank)].exit = status;
+    }
     log::agent().debug("rank {} (pid {}) exited: {}", w.rank, w.child->pid(), status.describe());
     if (stopReason_ == StopReason::kNone && !status.success()) {
       WorkerFailure failure;
@@ -636,6 +1000,10 @@ class Agent {
   }
 
   void beginStop(int sig) {
+    if (!record_.attempts.empty() && !attempt().stopBegan) {
+      attempt().stopBegan = detail::Clock::now();
+    }
+    hangTimer_.cancel();
     signalAll(sig);
     graceTimer_.expires_after(config_.shutdownTimeout);
     graceTimer_.async_wait([this](const boost::system::error_code& ec) {
@@ -659,6 +1027,8 @@ class Agent {
       return;
     }
     graceTimer_.cancel();
+    hangTimer_.cancel();
+    endAttemptRecord();
     for (auto& w : workers_) {
       if (w.child) {
         w.child->signalGroup(SIGKILL);  // whatever the worker left behind in its group
@@ -703,7 +1073,9 @@ class Agent {
       return;
     }
     for (auto& failure : failures_) {
-      describeFromFiles(failure, workers_[static_cast<std::size_t>(failure.localRank)].dir);
+      if (!hangThisAttempt_) {
+        describeFromFiles(failure, workers_[static_cast<std::size_t>(failure.localRank)].dir);
+      }
     }
     const WorkerFailure& root = failures_.front();
     if (restartCount_ < config_.maxRestarts) {
@@ -714,18 +1086,54 @@ class Agent {
       return;
     }
     std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);
+    record_.rootCause = root;
     finish(root.status.shellCode());
   }
 
   void finish(int code) {
     finished_ = true;
     exitCode_ = code;
+    endAttemptRecord();
+    writeReport();
     io_.stop();
+  }
+
+  void writeReport() {
+    record_.ended = detail::Clock::now();
+    record_.exitCode = exitCode_;
+    if (exitCode_ == 0) {
+      record_.outcome = "succeeded";
+    } else if (stopReason_ == StopReason::kSignal) {
+      record_.outcome = "signal";
+    } else if (stopReason_ == StopReason::kStoreLost) {
+      record_.outcome = "store_lost";
+    } else if (stopReason_ == StopReason::kStartup || record_.attempts.empty()) {
+      record_.outcome = "startup_failed";
+    } else if (record_.rootCause && record_.rootCause->status.code == kExitHang &&
+               !record_.rootCause->status.signaled && record_.hang) {
+      record_.outcome = "hang";
+    } else {
+      record_.outcome = "failed";
+    }
+    if (config_.reportFile.empty() && !config_.verbose) {
+      return;
+    }
+    std::cerr << detail::formatSummary(record_);
+    if (config_.reportFile.empty()) {
+      return;
+    }
+    if (detail::writeFileAtomically(config_.reportFile, detail::reportJson(record_))) {
+      std::cerr << "dtrun: run report in " << config_.reportFile << "\n";
+    } else {
+      std::cerr << "dtrun: cannot write the run report to " << config_.reportFile << ": "
+                << std::error_code(errno, std::generic_category()).message() << "\n";
+    }
   }
 
   const AgentConfig& config_;
   asio::io_context io_;
   asio::steady_timer graceTimer_;
+  asio::steady_timer hangTimer_;  // the next look at the workers' progress files
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
@@ -745,6 +1153,13 @@ class Agent {
   int exitCode_ = 0;
   int startupExitCode_ = 0;
   bool finished_ = false;
+  detail::JobRecord record_;  // what --report writes and the summary at exit shows
+  fs::path attemptDir_;
+  std::optional<detail::Clock::time_point> joinSent_;
+  std::optional<detail::Clock::time_point> roundClosed_;
+  bool hangThisAttempt_ = false;                        // this attempt's failure is a detected hang
+  std::unique_ptr<detail::ProgressExchange> exchange_;  // multi-node --hang_timeout only
+  std::vector<detail::RankProgress> remoteProgress_;    // the other nodes' latest ranks
 };
 
 }  // namespace

@@ -60,6 +60,9 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   if (!config.storeToken.empty()) {
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
+  if (!p.progressFile.empty()) {
+    put("DTRUN_PROGRESS_FILE", p.progressFile);
+  }
   return env;
 }
 
@@ -77,3 +80,25 @@ std::vector<std::string> substituteLocalRank(const std::vector<std::string>& arg
 }
 
 }  // namespace dtrun::agent::detail
+
+namespace dtrun::agent {
+
+std::vector<std::string> plannedWorkerEnvironment(const AgentConfig& config,
+                                                  const std::vector<std::string>& inherited,
+                                                  int nodeRank, int nodeCount, int localRank,
+                                                  const std::string& logDir) {
+  detail::WorkerPlacement placement;
+  placement.localRank = localRank;
+  placement.rank = nodeRank * config.nprocPerNode + localRank;
+  placement.worldSize = nodeCount * config.nprocPerNode;
+  placement.groupRank = nodeRank;
+  placement.groupWorldSize = nodeCount;
+  placement.masterAddr = config.masterAddr;
+  placement.masterPort = config.storePort;
+  placement.errorFile = logDir + "/error.json";
+  placement.logDir = logDir;
+  placement.progressFile = logDir + "/progress";
+  return detail::workerEnvironment(inherited, config, placement);
+}
+
+}  // namespace dtrun::agent

@@ -20,7 +20,8 @@ struct WorkerPlacement {
   std::string masterAddr;
   std::uint16_t masterPort = 0;
   std::string errorFile;
-  std::string logDir;  // this rank's directory for this attempt
+  std::string logDir;        // this rank's directory for this attempt
+  std::string progressFile;  // DTRUN_PROGRESS_FILE: where the worker reports its progress
 };
 
 // `inherited` holds "NAME=value" entries (the agent's environ); later entries override earlier

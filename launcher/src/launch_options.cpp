@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <random>
 #include <regex>
@@ -117,6 +118,16 @@ constexpr std::array kOptions = {
                "Copy matching tee'd stdout lines to a file: not supported yet"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
                "Copy matching tee'd stderr lines to a file: not supported yet"},
+    OptionSpec{"dry_run", "", Kind::kFlag, false,
+               "Print the resolved configuration, the rank table and each worker's environment, "
+               "then exit without starting anything"},
+    OptionSpec{"report", "", Kind::kValue, false,
+               "Write the job's run report (JSON, docs/report.schema.json) to this file at exit"},
+    OptionSpec{"hang_timeout", "", Kind::kValue, false,
+               "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
+               "worker's stack and fails the round (default 0: off)"},
+    OptionSpec{"verbose", "", Kind::kFlag, false,
+               "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,
                "Batch scheduler whose allocation sets --nnodes, --node_rank, --master_addr, "
                "--master_port and --rdzv_id when they are not given: auto, slurm, pbs or none "
@@ -741,6 +752,31 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   return Status::ok();
 }
 
+// dtrun's own job insight: --report, --hang_timeout, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  if (const auto report = options.find("report")) {
+    if (trim(report->text).empty()) {
+      return expected(*report, "a file path for the JSON report");
+    }
+    config.reportFile = report->text;
+  }
+  const auto hangSetting = options.get("hang_timeout", "0");
+  const auto hangSeconds = parseNumber(hangSetting.text);
+  if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
+    return expected(hangSetting, "a non-negative number of seconds (0 = off)");
+  }
+  config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  auto verbose = options.flag("verbose");
+  auto dryRun = options.flag("dry_run");
+  if (!verbose.isOk() || !dryRun.isOk()) {
+    return verbose.isOk() ? dryRun.status() : verbose.status();
+  }
+  config.verbose = verbose.value();
+  plan.dryRun = dryRun.value();
+  return Status::ok();
+}
+
 // The batch scheduler's allocation, unless --scheduler none or --standalone turns detection off.
 Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& options,
                                                              const HostFacts& host, bool standalone,
@@ -901,6 +937,14 @@ std::string quoteCommand(const std::vector<std::string>& command) {
   return text;
 }
 
+std::vector<std::string> environSnapshot() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    env.emplace_back(*entry);
+  }
+  return env;
+}
+
 int runLaunch(const RawOptions& raw) {
   auto planned = validate(raw, readHostFacts());
   if (!planned.isOk()) {
@@ -925,6 +969,10 @@ int runLaunch(const RawOptions& raw) {
   }
   for (const std::string& warning : plan.warnings) {
     log::launcher().warn("{}", warning);
+  }
+  if (plan.dryRun) {
+    std::cout << dryRunText(plan, environSnapshot()) << std::flush;
+    return 0;
   }
   log::launcher().info("{}", launchBanner(plan));
   return agent::run(plan.config);
@@ -1333,6 +1381,9 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   if (auto s = resolveStopping(options, config); !s.isOk()) {
     return s;
   }
+  if (auto s = resolveInsight(options, plan); !s.isOk()) {
+    return s;
+  }
 
   config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
   config.entrypointName = program.value().front();
@@ -1503,7 +1554,62 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("signals_forwarded", forwarded.empty() ? "(none)" : forwarded + " (the job keeps running)");
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
+  row("hang_timeout",
+      config.hangTimeout.count() == 0
+          ? std::string("0 (off)")
+          : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) + " s");
+  row("report", config.reportFile.empty() ? "(none)" : config.reportFile);
   return text;
+}
+
+std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& inherited) {
+  const agent::AgentConfig& config = plan.config;
+  const auto& multi = config.multiNode;
+  // Node ranks of a c10d job are assigned at rendezvous; the table shows the node this agent
+  // asks to be (its --node_rank, else 0) in a job of max_nodes nodes with equal nproc_per_node.
+  const int nodeCount = plan.maxNodes;
+  const int nodeRank = multi && multi->nodeRank >= 0 ? multi->nodeRank : 0;
+  const bool assignedLater = multi && (plan.rdzvBackend == "c10d" || multi->nodeRank < 0);
+  const std::string logBase =
+      (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
+      config.runId + "/attempt_0";
+  std::ostringstream out;
+  out << "dtrun --dry-run: nothing is started.\n" << launchBanner(plan) << "\n";
+  if (multi) {
+    out << "  " << std::left << std::setw(20) << "node_rank"
+        << ": " << nodeRank
+        << (assignedLater ? " (assigned at rendezvous; shown as if this node got it)" : "") << "\n"
+        << "  " << std::setw(20) << "hosts_store"
+        << ": " << (multi->hostsStore ? "yes" : "no") << "\n";
+  }
+  out << "\nRank table (node " << nodeRank << " of " << nodeCount << ", world size "
+      << nodeCount * config.nprocPerNode << "):\n"
+      << "  rank  local_rank  node_rank  log_dir\n";
+  const int offset = nodeRank * config.nprocPerNode;
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
+        << std::setw(11) << nodeRank << logBase << "/" << local << "\n";
+  }
+  std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "\nWorker " << offset + local << " (local rank " << local
+        << "): " << quoteCommand(config.command) << "\n"
+        << "  environment set by dtrun (the rest is inherited):\n";
+    for (std::string entry :
+         agent::plannedWorkerEnvironment(config, inherited, nodeRank, nodeCount, local,
+                                         logBase + "/" + std::to_string(local))) {
+      if (inheritedEntries.count(entry) != 0) {
+        continue;
+      }
+      const bool portEntry = entry == "MASTER_PORT=0" ||
+                             (entry.starts_with("DTRUN_STORE_ADDR=") && entry.ends_with(":0"));
+      if (config.storePort == 0 && portEntry) {  // the store picks its port when it starts
+        entry.replace(entry.size() - 1, 1, "<free port>");
+      }
+      out << "    " << entry << "\n";
+    }
+  }
+  return out.str();
 }
 
 std::function<int()> addLaunchCommand(CLI::App& app) {

@@ -65,6 +65,7 @@ struct LaunchPlan {
       scheduler;  // the banner's account of the batch scheduler: what it supplied, from where
   std::vector<std::string> notices;   // printed verbatim to stderr (torchrun's boxed notices)
   std::vector<std::string> warnings;  // logged at warn level once logging is up
+  bool dryRun = false;                // --dry-run: print the plan and start nothing
 };
 
 // Registers every torchrun option (dash and underscore spellings, -m, -r, -t) plus --log-level
@@ -89,6 +90,10 @@ HostFacts readHostFacts();
 
 // torchrun's launch banner (entrypoint, nodes, nproc, run id, rendezvous, restarts, logs, signals).
 std::string launchBanner(const LaunchPlan& plan);
+
+// What --dry-run prints: the banner, this node's rank table and, for each worker, the
+// environment variables dtrun sets beyond `inherited` ("NAME=value", the launcher's environ).
+std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& inherited);
 
 // Building blocks of validate(), exposed for tests.
 

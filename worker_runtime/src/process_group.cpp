@@ -5,6 +5,7 @@
 #include "dtrun/runtime.h"
 
 #include "communicator.h"
+#include "progress.h"
 
 namespace dtrun::runtime {
 namespace {
@@ -21,8 +22,10 @@ std::string describe(const Buffer& b) {
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(std::unique_ptr<detail::Communicator> communicator)
-    : communicator_(std::move(communicator)) {}
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::Communicator> communicator, std::string name)
+    : communicator_(std::move(communicator)), name_(std::move(name)) {
+  detail::markCommunicatorReady();
+}
 
 ProcessGroup::~ProcessGroup() = default;
 
@@ -46,12 +49,15 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const Context& context, Backe
   config.cudaDevice = options.cudaDevice >= 0 ? options.cudaDevice : context.localRank;
   switch (backend) {
     case Backend::kTcp:
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeTcpCommunicator(config)));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeTcpCommunicator(config), "world"));
     case Backend::kGloo:
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeGlooCommunicator(config)));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeGlooCommunicator(config), "world"));
     case Backend::kNccl:
 #ifdef DTRUN_HAVE_NCCL
-      return std::unique_ptr<ProcessGroup>(new ProcessGroup(detail::makeNcclCommunicator(config)));
+      return std::unique_ptr<ProcessGroup>(
+          new ProcessGroup(detail::makeNcclCommunicator(config), "world"));
 #else
       break;
 #endif
@@ -91,17 +97,22 @@ void checkSameType(const Buffer& a, const Buffer& b, const char* op) {
 
 }  // namespace
 
-void ProcessGroup::barrier() { communicator_->barrier(); }
+void ProcessGroup::barrier() {
+  const detail::OpProgress progress("barrier", name_, 0);
+  communicator_->barrier();
+}
 
 void ProcessGroup::send(const Buffer& buffer, int dst, int tag) {
   checkBuffer(buffer, backend(), "send");
   checkPeer(dst, rank(), size(), "send");
+  const detail::OpProgress progress("send", name_, buffer.bytes());
   communicator_->send(buffer, dst, tag);
 }
 
 void ProcessGroup::recv(const Buffer& buffer, int src, int tag) {
   checkBuffer(buffer, backend(), "recv");
   checkPeer(src, rank(), size(), "recv");
+  const detail::OpProgress progress("recv", name_, buffer.bytes());
   communicator_->recv(buffer, src, tag);
 }
 
@@ -120,17 +131,20 @@ Work ProcessGroup::irecv(const Buffer& buffer, int src, int tag) {
 void ProcessGroup::broadcast(const Buffer& buffer, int root) {
   checkBuffer(buffer, backend(), "broadcast");
   checkRoot(root, size(), "broadcast");
+  const detail::OpProgress progress("broadcast", name_, buffer.bytes());
   communicator_->broadcast(buffer, root);
 }
 
 void ProcessGroup::reduce(const Buffer& buffer, int root, ReduceOp op) {
   checkBuffer(buffer, backend(), "reduce");
   checkRoot(root, size(), "reduce");
+  const detail::OpProgress progress("reduce", name_, buffer.bytes());
   communicator_->reduce(buffer, root, op);
 }
 
 void ProcessGroup::allReduce(const Buffer& buffer, ReduceOp op) {
   checkBuffer(buffer, backend(), "all_reduce");
+  const detail::OpProgress progress("all_reduce", name_, buffer.bytes());
   communicator_->allReduce(buffer, op);
 }
 
@@ -141,6 +155,7 @@ void ProcessGroup::allGather(const Buffer& in, const Buffer& out) {
   require(out.count == in.count * static_cast<std::size_t>(size()),
           "all_gather: output holds " + describe(out) + ", expected size() x input = " +
               std::to_string(in.count * static_cast<std::size_t>(size())));
+  const detail::OpProgress progress("all_gather", name_, in.bytes());
   communicator_->allGather(in, out);
 }
 
@@ -153,6 +168,7 @@ void ProcessGroup::gather(const Buffer& in, const Buffer& out, int root) {
     require(out.count == in.count * static_cast<std::size_t>(size()),
             "gather: the root's output holds " + describe(out) + ", expected size() x input");
   }
+  const detail::OpProgress progress("gather", name_, in.bytes());
   communicator_->gather(in, out, root);
 }
 
@@ -165,6 +181,7 @@ void ProcessGroup::scatter(const Buffer& in, const Buffer& out, int root) {
     require(in.count == out.count * static_cast<std::size_t>(size()),
             "scatter: the root's input holds " + describe(in) + ", expected size() x output");
   }
+  const detail::OpProgress progress("scatter", name_, out.bytes());
   communicator_->scatter(in, out, root);
 }
 
@@ -174,6 +191,7 @@ void ProcessGroup::reduceScatter(const Buffer& in, const Buffer& out, ReduceOp o
   checkSameType(in, out, "reduce_scatter");
   require(in.count == out.count * static_cast<std::size_t>(size()),
           "reduce_scatter: input holds " + describe(in) + ", expected size() x output");
+  const detail::OpProgress progress("reduce_scatter", name_, in.bytes());
   communicator_->reduceScatter(in, out, op);
 }
 
@@ -183,6 +201,7 @@ void ProcessGroup::allToAll(const Buffer& in, const Buffer& out) {
   checkSameType(in, out, "all_to_all");
   require(in.count == out.count && in.count % static_cast<std::size_t>(size()) == 0,
           "all_to_all: input and output must hold the same count, a multiple of size()");
+  const detail::OpProgress progress("all_to_all", name_, in.bytes());
   communicator_->allToAll(in, out);
 }
 
@@ -199,7 +218,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::newGroup(const std::vector<int>& ran
   if (unique.count(rank()) == 0) {
     return nullptr;
   }
-  return std::unique_ptr<ProcessGroup>(new ProcessGroup(communicator_->split(ranks, name)));
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(communicator_->split(ranks, name), name));
 }
 
 }  // namespace dtrun::runtime

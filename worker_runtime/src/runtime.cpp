@@ -10,6 +10,7 @@
 
 #include "communicator.h"
 #include "error_handlers.h"
+#include "progress.h"
 #include "store_handle.h"
 
 namespace dtrun::runtime {
@@ -165,6 +166,7 @@ Context init(const InitOptions& options) {
     throw CommError(message);
   }
   c.store = std::make_shared<StoreHandle>(std::move(store).value(), c.storePrefix, c.timeout);
+  detail::openProgress();
   return c;
 }
 

@@ -83,6 +83,13 @@ struct AgentConfig {
 
   std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
 
+  // --report: the job's run report (JSON, docs/report.schema.json) is written here at exit.
+  std::string reportFile;
+  // --hang_timeout (0 = off): when no rank makes progress for this long, or one rank lags the
+  // others by as much, every worker's stack is dumped and the round fails.
+  std::chrono::milliseconds hangTimeout{0};
+  bool verbose = false;  // --verbose: each attempt's startup timeline on the console
+
   // Set in every worker's environment unless the agent's environment already has them
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
   std::vector<std::pair<std::string, std::string>> defaultEnv;
@@ -92,5 +99,13 @@ struct AgentConfig {
 // root cause's exit code (128 + signal for a signal) once restarts ran out; 128 + signal when a
 // handled signal stopped the job.
 int run(const AgentConfig& config);
+
+// The environment run() gives the worker at `localRank` of node `nodeRank` in attempt 0 of a job
+// of `nodeCount` nodes that each run config.nprocPerNode workers, with `logDir` as its log
+// directory: what --dry-run shows. `inherited` holds "NAME=value" entries.
+std::vector<std::string> plannedWorkerEnvironment(const AgentConfig& config,
+                                                  const std::vector<std::string>& inherited,
+                                                  int nodeRank, int nodeCount, int localRank,
+                                                  const std::string& logDir);
 
 }  // namespace dtrun::agent

@@ -214,8 +214,9 @@ class ProcessGroup {
   std::unique_ptr<ProcessGroup> newGroup(const std::vector<int>& ranks);
 
  private:
-  explicit ProcessGroup(std::unique_ptr<detail::Communicator> communicator);
+  ProcessGroup(std::unique_ptr<detail::Communicator> communicator, std::string name);
   std::unique_ptr<detail::Communicator> communicator_;
+  std::string name_;  // "world" or "sub<N>", as the agent's hang report names the group
   int groupsCreated_ = 0;
 };
 

@@ -1,0 +1,95 @@
+// A worker's progress, in a small file the worker writes and its agent reads: how many
+// operations it started, the one it is in (name, group, bytes, since when) and its startup
+// milestones. libdtrt writes it on every collective without a thread or a system call (two
+// stores into shared memory); Python workers write it through python/dtrun_progress.py; the
+// agent maps it and reads a consistent snapshot on its own timer. Internal to dtrun.
+//
+// Layout (kProgressFileSize bytes, little-endian, every field naturally aligned):
+//   0   u64 magic kProgressMagic ("DTRTPRG1")
+//   8   u64 seq        seqlock: odd while the writer is in the middle of an update
+//   16  u64 ops        operations started so far, the current one included
+//   24  i64 opStartNs  CLOCK_MONOTONIC ns at which the current operation began; 0 = in none
+//   32  i64 changedNs  CLOCK_MONOTONIC ns of the last begin or end
+//   40  u64 bytes      payload of the current operation
+//   48  i64 storeConnectedNs  CLOCK_REALTIME ns (0 = not yet)
+//   56  i64 commReadyNs       CLOCK_REALTIME ns of the first communicator ready (0 = not yet)
+//   64  i32 stackSignal       a signal that makes the worker print its Python stacks (0 = none)
+//   68  i32 pid
+//   72  char op[40]     NUL-padded, e.g. "all_reduce"
+//   112 char group[48]  NUL-padded, e.g. "dtrt/tcp/world"
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace dtrun::progress {
+
+inline constexpr std::uint64_t kProgressMagic = 0x3147525054525444ULL;  // "DTRTPRG1" read as LE
+inline constexpr std::size_t kProgressFileSize = 256;
+inline constexpr std::size_t kOpNameSize = 40;
+inline constexpr std::size_t kGroupNameSize = 48;
+
+struct Snapshot {
+  std::uint64_t ops = 0;
+  std::int64_t opStartNs = 0;  // 0 = not in an operation
+  std::int64_t changedNs = 0;
+  std::uint64_t bytes = 0;
+  std::int64_t storeConnectedNs = 0;
+  std::int64_t commReadyNs = 0;
+  int stackSignal = 0;
+  int pid = 0;
+  std::string op;
+  std::string group;
+};
+
+std::int64_t monotonicNs();
+std::int64_t realtimeNs();
+
+// Creates (or truncates) `path` as an empty progress file: magic set, everything else zero.
+// False on any error (the caller names the path).
+bool createProgressFile(const std::string& path);
+
+// The worker's side. Thread-safe (a mutex serialises writers; the reader never blocks them).
+class ProgressWriter {
+ public:
+  // Maps `path` (created by the agent); nullopt when it cannot be opened or is not one.
+  static std::optional<ProgressWriter> open(const std::string& path);
+  ProgressWriter(ProgressWriter&& other) noexcept;
+  ProgressWriter& operator=(ProgressWriter&&) = delete;
+  ProgressWriter(const ProgressWriter&) = delete;
+  ProgressWriter& operator=(const ProgressWriter&) = delete;
+  ~ProgressWriter();
+
+  void begin(const char* op, const std::string& group, std::uint64_t bytes);
+  void end();
+  void markStoreConnected();
+  void markCommunicatorReady();  // the first call counts
+
+ private:
+  explicit ProgressWriter(unsigned char* base) : base_(base) {}
+  unsigned char* base_;  // the mapping, owned
+  std::mutex mutex_;
+};
+
+// The agent's side: a read-only mapping. Not thread-safe; never blocks the writer.
+class ProgressReader {
+ public:
+  static std::optional<ProgressReader> open(const std::string& path);
+  ProgressReader(ProgressReader&& other) noexcept : base_(other.base_) { other.base_ = nullptr; }
+  ProgressReader& operator=(ProgressReader&&) = delete;
+  ProgressReader(const ProgressReader&) = delete;
+  ProgressReader& operator=(const ProgressReader&) = delete;
+  ~ProgressReader();
+
+  // A consistent snapshot; nullopt when the writer kept it torn for every try (a writer that
+  // died in the middle of an update) or the file is not a progress file.
+  [[nodiscard]] std::optional<Snapshot> read() const;
+
+ private:
+  explicit ProgressReader(const unsigned char* base) : base_(base) {}
+  const unsigned char* base_;  // the mapping, owned
+};
+
+}  // namespace dtrun::progress

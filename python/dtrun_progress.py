@@ -1,0 +1,117 @@
+"""Progress reports and stack dumps for Python workers under dtrun.
+
+dtrun's agent gives every worker a small progress file (DTRUN_PROGRESS_FILE) and, with
+--hang_timeout, reads it to find ranks that stopped making progress. libdtrt writes it on
+every collective; a Python worker writes it through this module:
+
+    import dtrun_progress as progress          # copy this file next to your script, or PYTHONPATH
+    for step in range(steps):
+        with progress.op("train_step"):         # or begin("all_reduce", group="world", nbytes=n) ... end()
+            train_one_step()
+
+Importing it also registers faulthandler on SIGRTMIN+2 (DTRUN_STACK_SIGNAL overrides the
+number), writing every thread's Python stack to <DTRUN_LOG_DIR>/python_stack.txt, and records
+that signal in the progress file: the agent sends it only to workers that registered it. A
+real-time signal, because SIGUSR1/SIGUSR2 are the batch schedulers' preemption warnings, which
+dtrun forwards to the workers and which training scripts handle themselves. Outside dtrun (no
+DTRUN_PROGRESS_FILE) every call does nothing.
+
+File layout (little-endian; see common/src/progress_file.h, the one definition):
+  8 seq (odd while writing), 16 ops, 24 op start (CLOCK_MONOTONIC ns, 0 = none), 32 last change,
+  40 bytes, 48 store connected (CLOCK_REALTIME ns), 56 communicator ready, 64 stack signal (i32),
+  68 pid (i32), 72 op name (40 bytes), 112 group (48 bytes).
+"""
+
+import contextlib
+import faulthandler
+import mmap
+import os
+import signal
+import struct
+import threading
+import time
+
+_MAGIC = 0x3147525054525444
+_SIZE = 256
+_lock = threading.RLock()
+_map = None
+_stack_file = None
+
+
+def _open():
+    global _map, _stack_file
+    path = os.environ.get("DTRUN_PROGRESS_FILE")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        mapped = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    if struct.unpack_from("<Q", mapped, 0)[0] != _MAGIC:
+        mapped.close()
+        return
+    _map = mapped
+    struct.pack_into("<i", _map, 68, os.getpid())
+    log_dir = os.environ.get("DTRUN_LOG_DIR")
+    if log_dir:
+        stack_signal = int(os.environ.get("DTRUN_STACK_SIGNAL", int(signal.SIGRTMIN) + 2))
+        # Kept open for the life of the process: faulthandler writes to its descriptor.
+        _stack_file = open(os.path.join(log_dir, "python_stack.txt"), "w")
+        faulthandler.register(stack_signal, file=_stack_file, all_threads=True)
+        struct.pack_into("<i", _map, 64, stack_signal)
+
+
+def _update(fields):
+    """Writes (offset, format, value) triples under the seqlock."""
+    if _map is None:
+        return
+    with _lock:
+        seq = struct.unpack_from("<Q", _map, 8)[0]
+        struct.pack_into("<Q", _map, 8, seq + 1)
+        for offset, fmt, value in fields:
+            struct.pack_into(fmt, _map, offset, value)
+        struct.pack_into("<Q", _map, 8, seq + 2)
+
+
+def _text(value, size):
+    return value.encode("utf-8")[: size - 1].ljust(size, b"\0")
+
+
+def begin(op, group="", nbytes=0):
+    """Marks the start of an operation (a training step, a collective)."""
+    if _map is None:
+        return
+    with _lock:  # the count is read and written under the one lock, as every field
+        now = time.monotonic_ns()
+        ops = struct.unpack_from("<Q", _map, 16)[0] + 1
+        _update([(16, "<Q", ops), (24, "<q", now), (32, "<q", now), (40, "<Q", nbytes),
+                 (72, "40s", _text(op, 40)), (112, "48s", _text(group, 48))])
+
+
+def end():
+    """Marks the end of the current operation."""
+    _update([(24, "<q", 0), (32, "<q", time.monotonic_ns())])
+
+
+@contextlib.contextmanager
+def op(name, group="", nbytes=0):
+    begin(name, group, nbytes)
+    try:
+        yield
+    finally:
+        end()
+
+
+def mark_store_connected():
+    _update([(48, "<q", time.time_ns())])
+
+
+def mark_communicator_ready():
+    _update([(56, "<q", time.time_ns())])
+
+
+_open()

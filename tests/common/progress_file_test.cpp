@@ -1,0 +1,133 @@
+// The progress file between a writer and a reader that map it separately, as a worker and its
+// agent do; and a Python-written file (python/dtrun_progress.py) read by the C++ reader.
+#include "progress_file.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+namespace fs = std::filesystem;
+using dtrun::progress::ProgressReader;
+using dtrun::progress::ProgressWriter;
+
+namespace {
+
+std::string freshPath() {
+  std::string pattern = (fs::temp_directory_path() / "dtrun-progress-XXXXXX").string();
+  const int fd = ::mkstemp(pattern.data());
+  ::close(fd);
+  return pattern;
+}
+
+}  // namespace
+
+TEST_CASE("a progress file carries operations from writer to reader", "[unit][progress]") {
+  const std::string path = freshPath();
+  REQUIRE(dtrun::progress::createProgressFile(path));
+  auto writer = ProgressWriter::open(path);
+  auto reader = ProgressReader::open(path);
+  REQUIRE(writer);
+  REQUIRE(reader);
+
+  auto empty = reader->read();
+  REQUIRE(empty);
+  CHECK(empty->ops == 0);
+  CHECK(empty->opStartNs == 0);
+  CHECK(empty->pid == ::getpid());
+
+  const std::string longGroup = "dtrt/tcp/a-group-name-longer-than-forty-seven-characters";
+  writer->begin("all_reduce", longGroup, 4096);
+  auto inside = reader->read();
+  REQUIRE(inside);
+  CHECK(inside->ops == 1);
+  CHECK(inside->op == "all_reduce");
+  CHECK(inside->group == longGroup.substr(0, 47));  // 47 characters and a NUL
+  CHECK(inside->bytes == 4096);
+  CHECK(inside->opStartNs > 0);
+  CHECK(inside->changedNs == inside->opStartNs);
+
+  writer->end();
+  writer->markStoreConnected();
+  writer->markCommunicatorReady();
+  auto after = reader->read();
+  REQUIRE(after);
+  CHECK(after->ops == 1);
+  CHECK(after->opStartNs == 0);
+  CHECK(after->changedNs >= inside->changedNs);
+  CHECK(after->storeConnectedNs > 0);
+  CHECK(after->commReadyNs > 0);
+  const auto firstReady = after->commReadyNs;
+  writer->markCommunicatorReady();  // only the first one counts
+  CHECK(reader->read()->commReadyNs == firstReady);
+  fs::remove(path);
+}
+
+TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][progress]") {
+  const std::string path = freshPath();
+  REQUIRE(dtrun::progress::createProgressFile(path));
+  auto writer = ProgressWriter::open(path);
+  auto reader = ProgressReader::open(path);
+  REQUIRE(writer);
+  REQUIRE(reader);
+  constexpr int kOps = 20000;
+  std::thread writing([&writer] {
+    for (int i = 1; i <= kOps; ++i) {
+      // Name and byte count agree in every consistent state: "op<i % 7>" with i % 7 bytes.
+      writer->begin(("op" + std::to_string(i % 7)).c_str(), "g", static_cast<std::uint64_t>(i % 7));
+      writer->end();
+    }
+  });
+  int consistent = 0;
+  for (int i = 0; i < kOps; ++i) {
+    if (auto s = reader->read(); s && s->ops > 0) {
+      REQUIRE(s->op == "op" + std::to_string(s->ops % 7));
+      REQUIRE(s->bytes == s->ops % 7);
+      ++consistent;
+    }
+  }
+  writing.join();
+  CHECK(reader->read()->ops == kOps);
+  CHECK(consistent > 0);
+  fs::remove(path);
+}
+
+TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
+  const std::string path = freshPath();
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  REQUIRE(file != nullptr);
+  std::fputs(std::string(300, 'x').c_str(), file);
+  std::fclose(file);
+  CHECK_FALSE(ProgressReader::open(path));
+  CHECK_FALSE(ProgressWriter::open(path));
+  CHECK_FALSE(ProgressReader::open(path + ".missing"));
+  fs::remove(path);
+}
+
+TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]") {
+  const std::string path = freshPath();
+  REQUIRE(dtrun::progress::createProgressFile(path));
+  const std::string command = "DTRUN_PROGRESS_FILE=" + path +
+                              " PYTHONPATH=" DTRUN_SOURCE_DIR
+                              "/python DTRUN_LOG_DIR= "
+                              "/usr/bin/python3 -c 'import dtrun_progress as p; "
+                              "p.mark_store_connected(); p.begin(\"load_batch\", \"world\", 12)'";
+  REQUIRE(std::system(command.c_str()) == 0);  // NOLINT(concurrency-mt-unsafe)
+  auto reader = ProgressReader::open(path);
+  REQUIRE(reader);
+  auto s = reader->read();
+  REQUIRE(s);
+  CHECK(s->ops == 1);
+  CHECK(s->op == "load_batch");
+  CHECK(s->group == "world");
+  CHECK(s->bytes == 12);
+  CHECK(s->opStartNs > 0);
+  CHECK(s->storeConnectedNs > 0);
+  CHECK(s->stackSignal == 0);  // no DTRUN_LOG_DIR: no faulthandler file, no signal offered
+  fs::remove(path);
+}

@@ -1,0 +1,94 @@
+// dtrun's own insight options through validate() and the dry-run text: --report, --hang_timeout,
+// --verbose and --dry-run (both spellings), their bad values, and what --dry-run prints.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "launch_options.h"
+
+namespace {
+
+namespace launcher = dtrun::launcher;
+using namespace std::chrono_literals;
+
+dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args) {
+  launcher::HostFacts host;
+  host.makeRunId = [] { return std::string("generated-id"); };
+  CLI::App app{"dtrun"};
+  launcher::RawOptions raw;
+  launcher::addLaunchOptions(app, raw);
+  std::vector<const char*> pointers = {"dtrun"};
+  for (const std::string& arg : args) {
+    pointers.push_back(arg.c_str());
+  }
+  app.parse(launcher::argumentsForParse(static_cast<int>(pointers.size()), pointers.data()));
+  raw.program = app.remaining();
+  return launcher::validate(raw, host);
+}
+
+launcher::LaunchPlan planOk(const std::vector<std::string>& args) {
+  auto result = plan(args);
+  INFO(result.status().message());
+  REQUIRE(result.isOk());
+  return std::move(result).value();
+}
+
+}  // namespace
+
+TEST_CASE("insight options are off by default", "[unit][launcher]") {
+  const auto p = planOk({"x.py"});
+  CHECK_FALSE(p.dryRun);
+  CHECK(p.config.reportFile.empty());
+  CHECK(p.config.hangTimeout == 0ms);
+  CHECK_FALSE(p.config.verbose);
+}
+
+TEST_CASE("insight options take both spellings", "[unit][launcher]") {
+  const auto spelling = GENERATE(0, 1);
+  const auto name = [spelling](std::string dest) {
+    if (spelling == 1) {
+      std::replace(dest.begin(), dest.end(), '_', '-');
+    }
+    return "--" + dest;
+  };
+  const auto p = planOk({name("dry_run"), name("report") + "=/tmp/r.json",
+                         name("hang_timeout") + "=2.5", "--verbose", "x.py"});
+  CHECK(p.dryRun);
+  CHECK(p.config.reportFile == "/tmp/r.json");
+  CHECK(p.config.hangTimeout == 2500ms);
+  CHECK(p.config.verbose);
+}
+
+TEST_CASE("bad insight values are one line naming the flag", "[unit][launcher]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const auto [args, message] = GENERATE(values<Case>({
+      {{"--hang_timeout=soon", "x.py"},
+       "--hang_timeout: expected a non-negative number of seconds (0 = off), got 'soon'"},
+      {{"--hang-timeout=-1", "x.py"},
+       "--hang_timeout: expected a non-negative number of seconds (0 = off), got '-1'"},
+      {{"--report=", "x.py"}, "--report: expected a file path for the JSON report, got ''"},
+  }));
+  auto result = plan(args);
+  REQUIRE_FALSE(result.isOk());
+  CHECK(result.status().message() == message);
+}
+
+TEST_CASE("the dry run shows this node's ranks and their environment", "[unit][launcher]") {
+  const auto p =
+      planOk({"--nnodes=3", "--node_rank=2", "--master_addr=h0", "--master_port=29501",
+              "--nproc_per_node=2", "--log_dir=/l", "--rdzv_id=j", "--no_python", "./train"});
+  const std::string text = launcher::dryRunText(p, {"HOME=/root", "RANK=99"});
+  CHECK_THAT(text, Catch::Contains("Rank table (node 2 of 3, world size 6):"));
+  CHECK_THAT(text, Catch::Contains("  4     0           2          /l/j/attempt_0/0\n"));
+  CHECK_THAT(text, Catch::Contains("  5     1           2          /l/j/attempt_0/1\n"));
+  CHECK_THAT(text, Catch::Contains("Worker 5 (local rank 1): ./train\n"));
+  CHECK_THAT(text, Catch::Contains("    RANK=5\n"));  // dtrun's value replaces the inherited one
+  CHECK_THAT(text, Catch::Contains("    MASTER_PORT=29501\n"));
+  CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_FILE=/l/j/attempt_0/1/progress\n"));
+  CHECK_THAT(text, !Catch::Contains("HOME=/root"));  // inherited unchanged: not repeated
+}
