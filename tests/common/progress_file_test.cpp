@@ -2,6 +2,7 @@
 // agent do; and a Python-written file (python/dtrun_progress.py) read by the C++ reader.
 #include "progress_file.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -76,15 +77,23 @@ TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][pro
   REQUIRE(writer);
   REQUIRE(reader);
   constexpr int kOps = 20000;
-  std::thread writing([&writer] {
+  std::atomic<bool> reading{false};
+  std::atomic<bool> written{false};
+  std::thread writing([&] {
+    while (!reading.load()) {  // overlap with the reader, however the threads are scheduled
+      std::this_thread::yield();
+    }
     for (int i = 1; i <= kOps; ++i) {
       // Name and byte count agree in every consistent state: "op<i % 7>" with i % 7 bytes.
       writer->begin(("op" + std::to_string(i % 7)).c_str(), "g", static_cast<std::uint64_t>(i % 7));
       writer->end();
     }
+    written = true;
   });
   int consistent = 0;
-  for (int i = 0; i < kOps; ++i) {
+  reading = true;
+  for (bool last = false; !last;) {
+    last = written.load();  // one more read after the writer finished: it must see every op
     if (auto s = reader->read(); s && s->ops > 0) {
       REQUIRE(s->op == "op" + std::to_string(s->ops % 7));
       REQUIRE(s->bytes == s->ops % 7);
