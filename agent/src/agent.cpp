@@ -38,6 +38,7 @@
 #include "progress_file.h"
 #include "run_report.h"
 #include "worker_env.h"
+#include "worker_guardian.h"
 
 extern char** environ;  // NOLINT: POSIX declares it nowhere
 
@@ -1165,6 +1166,7 @@ class Agent {
 }  // namespace
 
 int run(const AgentConfig& config) {
+  detail::startWorkerGuardian();  // before the first thread: it forks
   Agent agent(config);
   return agent.run();
 }

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "worker_guardian.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -139,6 +141,7 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
     execChild(request, argv.data(), envp.data(), errorWrite.get(), parent);
   }
   ::setpgid(pid, pid);  // also here, so there is no race over who runs first
+  guardGroup(pid);
   UniqueFd pidfd(pidfdOpen(pid));
   if (!pidfd.valid()) {
     const int err = errno;
@@ -193,6 +196,9 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   if (this != &other) {
     killAndReap();
+    if (pid_ > 0) {
+      releaseGroup(pid_);
+    }
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::move(other.pidfd_);
     execError_ = std::move(other.execError_);
@@ -202,7 +208,12 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   return *this;
 }
 
-ChildProcess::~ChildProcess() { killAndReap(); }
+ChildProcess::~ChildProcess() {
+  killAndReap();
+  if (pid_ > 0) {
+    releaseGroup(pid_);
+  }
+}
 
 void ChildProcess::killAndReap() {
   if (!running()) {

@@ -13,7 +13,6 @@
 #                    loopback or netns
 #   FAULT_BOUND=T    seconds a run may last (default 40, 90 for a sanitizer build)
 #   FAULT_KINDS=K,.. draw only these faults (names below; default: all that the hosts allow)
-#   FAULT_STRICT=1   count orphans of a SIGKILLed agent's workers (see below) as unexpected
 #
 # Faults and the outcome each must have (nodes 0..2; node 0's agent hosts the store; "min" is
 # the job's minimum node count: 3 for static rendezvous, 2 or 3 for c10d 2:3 / 3:3):
@@ -41,9 +40,8 @@
 #     each was waiting for, then kill -9);
 #   - exit codes and report lines as above;
 #   - no process of the job is left: every agent gets a marker variable, inherited by its
-#     workers and theirs; /proc/*/environ is scanned for it (by PID). Known limitation: after
-#     SIGKILL of an agent its workers die (PR_SET_PDEATHSIG) but their own children do not (no
-#     one is left to kill their process group); those are counted as "orphans" and killed here;
+#     workers and theirs; /proc/*/environ is scanned for it (by PID). After SIGKILL of an agent
+#     its workers die with it (PR_SET_PDEATHSIG) and their own children by its guardian process;
 #   - no port of the job stays bound (loopback: the store's port; netns: any listening socket
 #     in the hosts' namespaces), and no worker inherited a socket from its agent;
 #   - the store's counters agree: every agent's rounds (number, nodes, world size, attempt)
@@ -65,7 +63,6 @@ RUNS=${FAULT_RUNS:-$((sanitized ? 10 : 20))}
 SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ONLY=${FAULT_ONLY:-}
 BOUND=${FAULT_BOUND:-$((sanitized ? 90 : 40))}
-STRICT=${FAULT_STRICT:-0}
 NET=${FAULT_NET:-auto}
 for v in RUNS SEED BOUND; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
@@ -177,7 +174,6 @@ declare -A kind_runs=() kind_ok=() kind_bad=()
 runs_done=0
 faults=0
 ok_runs=0
-orphans_total=0
 bad_lines=()
 
 # run_one <index>: draws the run's shape and fault from (SEED, index), runs it, checks it.
@@ -261,7 +257,7 @@ run_one() {
     [[ $n -ge $total ]] && break
     sleep 0.1
   done
-  local victim_pid="" grandchildren=()
+  local victim_pid=""
   if [[ $n -lt $total ]]; then
     bad "the job did not start: $n of $total workers registered within ${BOUND}s"
   else
@@ -277,12 +273,6 @@ run_one() {
         kill -s "$signal" "$victim_pid" ;;
     esac
     faults=$((faults + 1))
-  fi
-  if [[ $signal == KILL && $kind != worker-* ]]; then
-    local f
-    for f in "$dir/pids/$run_id.$victim".*; do
-      [[ -e $f ]] && grandchildren+=("$(cut -d' ' -f2 "$f")")
-    done
   fi
 
   # ---- every agent ends within the bound (else: who was still running, and on what) ----
@@ -394,24 +384,17 @@ run_one() {
     esac
   fi
 
-  # ---- no process of the job left (orphans of a SIGKILLed agent's workers counted apart) ----
-  local left=() p orphans=0
+  # ---- no process of the job left ----
+  local left=() p
   for _ in $(seq 30); do
     mapfile -t left < <(marked_pids "$mark-")
     [[ ${#left[@]} -eq 0 ]] && break
     sleep 0.1
   done
   for p in "${left[@]}"; do
-    local known=0 g
-    for g in "${grandchildren[@]}"; do [[ $p == "$g" ]] && known=1; done
-    if [[ $known -eq 1 && $STRICT != 1 ]]; then
-      orphans=$((orphans + 1))
-    else
-      bad "process $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)) of the job is still running"
-    fi
+    bad "process $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)) of the job is still running"
     kill -9 "$p" 2>/dev/null || true
   done
-  orphans_total=$((orphans_total + orphans))
 
   # ---- no port left bound; no socket reached a worker ----
   local hexport listening=""
@@ -497,9 +480,7 @@ run_one() {
     kind_bad[$kind]=$((${kind_bad[$kind]:-0} + 1))
     verdict="UNEXPECTED"
   fi
-  local extra=""
-  [[ $orphans -eq 0 ]] || extra=", $orphans orphan(s) killed"
-  echo "fault_campaign: run $idx: $desc -> exits ${rcs[*]} in ${took}s$extra: $verdict"
+  echo "fault_campaign: run $idx: $desc -> exits ${rcs[*]} in ${took}s: $verdict"
   if [[ ${#reasons[@]} -gt 0 ]]; then
     local reason
     for reason in "${reasons[@]}"; do echo "    - $reason" >&2; done
@@ -529,7 +510,7 @@ for kind in worker-restart worker-final agent-kill agent-term host-kill host-ter
   printf '  %-16s %6d %12d %11d\n' "$kind" "${kind_runs[$kind]}" "${kind_ok[$kind]:-0}" "${kind_bad[$kind]:-0}"
 done
 printf '  %-16s %6d %12d %11d\n' total "$runs_done" "$ok_runs" $((runs_done - ok_runs))
-echo "  faults injected: $faults; orphans of SIGKILLed agents' workers killed by the campaign: $orphans_total"
+echo "  faults injected: $faults"
 if [[ $ok_runs -ne $runs_done ]]; then
   printf 'fault_campaign: UNEXPECTED: %s\n' "${bad_lines[@]}" >&2
   echo "fault_campaign: FAIL ($((runs_done - ok_runs)) of $runs_done runs unexpected)" >&2

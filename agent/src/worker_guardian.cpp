@@ -1,0 +1,119 @@
+#include "worker_guardian.h"
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "log.h"
+
+namespace dtrun::agent::detail {
+namespace {
+
+int guardianPipe = -1;  // the write end, close-on-exec; -1 without a guardian
+
+bool readRecord(int fd, std::int32_t& value) {
+  std::size_t got = 0;
+  auto* bytes =
+      reinterpret_cast<char*>(&value);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  while (got < sizeof value) {
+    const ssize_t n = ::read(fd, bytes + got, sizeof value - got);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+[[noreturn]] void guardianMain(int readFd) {
+  // It ends when the agent's end of the pipe closes, not on the terminal's or the scheduler's
+  // signals, which reach the agent (and would otherwise end the guard with it).
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+    static_cast<void>(::signal(signal, SIG_IGN));
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::prctl(PR_SET_NAME, "dtrun-guardian");
+  // Only stderr and the pipe stay open: the agent's output pipes must reach EOF when it exits.
+  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devNull >= 0) {
+    ::dup2(devNull, STDIN_FILENO);
+    ::dup2(devNull, STDOUT_FILENO);
+  }
+  if (readFd != STDERR_FILENO + 1) {
+    ::dup2(readFd, STDERR_FILENO + 1);
+  }
+  ::close_range(STDERR_FILENO + 2, ~0U, 0);
+  const int fd = STDERR_FILENO + 1;
+  std::set<pid_t> groups;
+  std::int32_t value = 0;
+  while (readRecord(fd, value)) {
+    if (value > 0) {
+      groups.insert(value);
+    } else {
+      groups.erase(-value);
+    }
+  }
+  for (const pid_t group : groups) {
+    ::kill(-group, SIGKILL);
+  }
+  if (!groups.empty()) {
+    std::fprintf(stderr, "dtrun: the agent died; killed what was left of %zu worker group(s)\n",
+                 groups.size());
+  }
+  ::_exit(0);
+}
+
+void send(std::int32_t value) {
+  if (guardianPipe < 0) {
+    return;
+  }
+  // 4 bytes to a pipe are written whole or not at all; a guardian that is gone reads nothing.
+  ssize_t n = 0;
+  do {
+    n = ::write(guardianPipe, &value, sizeof value);
+  } while (n < 0 && errno == EINTR);
+}
+
+}  // namespace
+
+void startWorkerGuardian() {
+  if (guardianPipe >= 0) {
+    return;
+  }
+  std::array<int, 2> fds{-1, -1};
+  if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
+    log::agent().warn("no worker guardian (pipe2 failed): {}", std::strerror(errno));
+    return;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    log::agent().warn("no worker guardian (fork failed): {}", std::strerror(errno));
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return;
+  }
+  if (pid == 0) {
+    ::close(fds[1]);
+    guardianMain(fds[0]);
+  }
+  ::close(fds[0]);
+  guardianPipe = fds[1];
+}
+
+void guardGroup(pid_t group) { send(static_cast<std::int32_t>(group)); }
+void releaseGroup(pid_t group) { send(-static_cast<std::int32_t>(group)); }
+
+}  // namespace dtrun::agent::detail

@@ -1,0 +1,21 @@
+// Kills the process groups of this agent's workers when the agent dies without doing it itself
+// (SIGKILL, a crash). PR_SET_PDEATHSIG takes the workers with the agent, but not their own
+// children, which would run on as orphans. A small helper process, forked before the agent starts
+// any thread, reads the groups the agent starts and releases from a pipe; when the agent's end
+// of the pipe closes, it SIGKILLs the groups still listed and exits.
+#pragma once
+
+#include <sys/types.h>
+
+namespace dtrun::agent::detail {
+
+// Once per process, while it has a single thread. Failing to start one is logged, not fatal: the
+// job runs as before, without the guard.
+void startWorkerGuardian();
+
+// A worker's process group started / the agent is done with it (killed and reaped). No-ops
+// without a guardian.
+void guardGroup(pid_t group);
+void releaseGroup(pid_t group);
+
+}  // namespace dtrun::agent::detail
