@@ -5,8 +5,8 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <set>
+#include <system_error>
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -39,12 +39,14 @@ bool readRecord(int fd, std::int32_t& value) {
 [[noreturn]] void guardianMain(int readFd) {
   // It ends when the agent's end of the pipe closes, not on the terminal's or the scheduler's
   // signals, which reach the agent (and would otherwise end the guard with it).
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
   for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
-    static_cast<void>(::signal(signal, SIG_IGN));
+    ::sigaction(signal, &ignore, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe): one thread here
   ::prctl(PR_SET_NAME, "dtrun-guardian");
   // Only stderr and the pipe stay open: the agent's output pipes must reach EOF when it exits.
   const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -70,8 +72,9 @@ bool readRecord(int fd, std::int32_t& value) {
     ::kill(-group, SIGKILL);
   }
   if (!groups.empty()) {
-    std::fprintf(stderr, "dtrun: the agent died; killed what was left of %zu worker group(s)\n",
-                 groups.size());
+    static_cast<void>(
+        std::fprintf(stderr, "dtrun: the agent died; killed what was left of %zu worker group(s)\n",
+                     groups.size()));
   }
   ::_exit(0);
 }
@@ -95,12 +98,14 @@ void startWorkerGuardian() {
   }
   std::array<int, 2> fds{-1, -1};
   if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
-    log::agent().warn("no worker guardian (pipe2 failed): {}", std::strerror(errno));
+    log::agent().warn("no worker guardian (pipe2 failed): {}",
+                      std::system_category().message(errno));
     return;
   }
   const pid_t pid = ::fork();
   if (pid < 0) {
-    log::agent().warn("no worker guardian (fork failed): {}", std::strerror(errno));
+    log::agent().warn("no worker guardian (fork failed): {}",
+                      std::system_category().message(errno));
     ::close(fds[0]);
     ::close(fds[1]);
     return;
