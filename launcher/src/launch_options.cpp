@@ -612,10 +612,10 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
       }
       multi.hostsStore = value == "1" || value == "true" || value == "True";
       multi.hostGuessed = false;
-    } else if (key == "heartbeat_timeout" || key == "use_agent_store") {
+    } else if (key == "heartbeat_timeout" || key == "use_agent_store" || key == "token" ||
+               key == "token_file") {
       // torchrun's per-operation heartbeat deadline and store sharing: dtrun's heartbeats are
-      // one-way messages and its agents always share their store.
-    } else if (key == "token" || key == "token_file") {
+      // one-way messages and its agents always share their store. The token is
       // resolveStoreToken's, for one node as for many.
     } else {
       plan.warnings.push_back(

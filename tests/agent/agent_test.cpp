@@ -218,7 +218,7 @@ TEST_CASE("the report quotes the error file, else the failed rank's stderr",
   }
 }
 
-TEST_CASE("SIGTERM to the agent reaches every worker; one ignoring it is killed after the grace",
+TEST_CASE("SIGTERM to the agent reaches every worker, one ignoring it is killed after the grace",
           "[integration][agent]") {
   TempDir dir;
   const std::string marks = (dir.path() / "mark").string();
@@ -255,7 +255,7 @@ TEST_CASE("SIGTERM to the agent reaches every worker; one ignoring it is killed 
   }
 }
 
-TEST_CASE("tee prefixes console lines; every rank's output lands in its log files",
+TEST_CASE("tee prefixes console lines, every rank's output lands in its log files",
           "[integration][agent]") {
   TempDir dir;
   auto config = shellJob(dir, 2, "echo out-$RANK; echo err-$RANK >&2");

@@ -698,7 +698,7 @@ TEST_CASE("a script that does not exist fails once, before any worker starts", "
   CHECK(plan({"-m", "pkg.train"}, host).isOk());
 }
 
-TEST_CASE("the store token: --rdzv_conf first, then the environment; files lose one newline",
+TEST_CASE("the store token: --rdzv_conf first, then the environment, files lose one newline",
           "[launcher]") {
   auto host = testHost();
   host.readFile = [](const std::string& path) -> std::optional<std::string> {

@@ -65,7 +65,7 @@ std::string challenge(RawClient& client, const std::string& clientNonce) {
 
 }  // namespace
 
-TEST_CASE("a client with the store's token is served; a wrong token fails at once, clearly",
+TEST_CASE("a client with the store's token is served, a wrong token fails at once, clearly",
           "[integration][rdzv][auth]") {
   auto server = startWithToken();
   auto good = connectWith(server->port(), kToken);
@@ -107,7 +107,7 @@ TEST_CASE("clients without the token are refused from a host that has not proved
   CHECK(served(local, Dialect::kLegacy, "c"));
 }
 
-TEST_CASE("a host that proved the token gets its PyTorch clients served; a replay is refused",
+TEST_CASE("a host that proved the token gets its PyTorch clients served, a replay is refused",
           "[integration][rdzv][auth]") {
   auto server = startWithToken();
   const std::string clientNonce(32, 'n');

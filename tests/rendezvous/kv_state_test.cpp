@@ -88,7 +88,7 @@ TEST_CASE("a barrier releases everyone when the last arrives, and later arrivals
   CHECK(*kv.get("bar") == "4");
 }
 
-TEST_CASE("a pushed item wakes one blocked consumer; queues count as present", "[unit][rdzv]") {
+TEST_CASE("a pushed item wakes one blocked consumer, queues count as present", "[unit][rdzv]") {
   RecordingListener listener;
   KvState kv(listener);
   CHECK_FALSE(kv.wait(1, {"q"}));

@@ -180,7 +180,7 @@ TEST_CASE("a silent node is declared dead and the survivors re-rendezvous", "[ro
   CHECK(next[0].assignment.attempt == 0);  // not charged
 }
 
-TEST_CASE("a late node grows an elastic job; beyond max it waits as a spare", "[round]") {
+TEST_CASE("a late node grows an elastic job, beyond max it waits as a spare", "[round]") {
   Cluster c;
   auto s = fastSettings(1, 2);
   s.lastCallTimeout = milliseconds(2000);  // time for the node that left round 0 to come back
@@ -229,7 +229,7 @@ TEST_CASE("success needs every node: the exit barrier finishes the keeper", "[ro
   CHECK(a->waitFinished(milliseconds(5000)).isOk());
 }
 
-TEST_CASE("a spare learns that the job succeeded without it; its bye does not end the barrier",
+TEST_CASE("a spare learns that the job succeeded without it, its bye does not end the barrier",
           "[round]") {
   Cluster c;
   const auto s = fastSettings(1, 1);
