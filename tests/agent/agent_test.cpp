@@ -2,8 +2,10 @@
 // a subreaper, which must not leak into the test process).
 #include "dtrun/agent.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -70,6 +72,9 @@ AgentRun runAgent(const TempDir& dir, const AgentConfig& config,
                   const std::function<void(pid_t)>& whileRunning = {}) {
   const fs::path out = dir.path() / "agent.out";
   const fs::path err = dir.path() / "agent.err";
+  // The child must not inherit (and later write out) what Catch has buffered, e.g. "Filters: ...".
+  std::cout.flush();
+  static_cast<void>(std::fflush(nullptr));
   dtrun::testing::ChildGuard child([&] {
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
