@@ -28,43 +28,14 @@ subnet=10.213.$(($$ % 200 + 20))
 hosts=(node1 node2 node3)
 work=$(mktemp -d)
 pids=()
-made=()
-
-cleanup() {
-  local p ns
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-  ip route del blackhole "$subnet.0/24" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+name=netns_test
+# shellcheck source=lib/netns_hosts.sh
+source "$HERE/lib/netns_hosts.sh"
 
 fail_count=0
 note_fail() { echo "netns_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 
-# A stray packet for the subnet from the root namespace fails at once.
-ip route add blackhole "$subnet.0/24" || { echo "netns_test: SKIP: cannot add a route"; exit 0; }
-sw=$tag-sw
-if ! ip netns add "$sw" 2>/dev/null; then
-  echo "netns_test: SKIP: cannot create network namespaces here"
-  exit 0
-fi
-made+=("$sw")
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
-ip -n "$sw" link set lo up
-for i in "${!hosts[@]}"; do
-  h=${hosts[$i]}
-  ns=$tag-$h
-  ip netns add "$ns"
-  made+=("$ns")
-  ip -n "$ns" link set lo up
-  ip link add eth0 netns "$ns" type veth peer name "v-$h" netns "$sw"
-  ip -n "$sw" link set "v-$h" master br0 up
-  ip -n "$ns" addr add "$subnet.$((11 + i))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-done
+netns_hosts_up
 addr_of() { echo "$subnet.$((11 + $1))"; }
 
 # on <index> <cmd...>: runs cmd in host <index>'s namespace with its own host name.
