@@ -1,3 +1,5 @@
+#include <cstdio>
+#include <cstdlib>
 #include <system_error>
 
 #include "dtrun/common.h"
@@ -45,5 +47,14 @@ Status Status::withContext(std::string_view context) const {
   }
   return {code_, std::string(context) + ": " + message_};
 }
+
+namespace detail {
+void checkFailed(const char* expression, const char* file, int line, std::string_view message) {
+  // stdio, not the loggers: a broken invariant may be the loggers' own.
+  std::fprintf(stderr, "dtrun: internal error: %s:%d: CHECK(%s) failed: %.*s\n", file, line,
+               expression, static_cast<int>(message.size()), message.data());
+  std::abort();
+}
+}  // namespace detail
 
 }  // namespace dtrun

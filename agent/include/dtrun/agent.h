@@ -50,10 +50,17 @@ struct MultiNodeConfig {
   std::chrono::milliseconds readTimeout{60000};  // a silent store is lost after this
 };
 
+// A program that cannot be run at all (not found, not executable): the shell's code, decided by
+// the launcher before anything starts, or by the agent when exec fails anyway.
+constexpr int kExitCannotRun = 127;
+
 struct AgentConfig {
-  // What every worker runs. command[0] is a path, or a name looked up in PATH; the literal
-  // "${local_rank}" in any element is replaced by the worker's local rank.
+  // What every worker runs. command[0] is the program as the user named it (a path, or a name
+  // looked up in PATH); the literal "${local_rank}" in any element is replaced by the worker's
+  // local rank.
   std::vector<std::string> command;
+  // command[0] resolved once, by the launcher, to the file exec'd: the agent never searches PATH.
+  std::string executable;
   std::string entrypointName;  // how logs and the failure report name the program
   int nprocPerNode = 1;
   std::string role = "default";

@@ -1,4 +1,5 @@
-// Shared vocabulary of every dtrun component: Status/Result for expected failures, UniqueFd for
+// Shared vocabulary of every dtrun component: Status/Result for expected failures (with DTRUN_TRY,
+// DTRUN_ASSIGN_OR_RETURN and the invariant DTRUN_CHECK), UniqueFd for
 // owned descriptors, jittered Backoff for retries, and logging set-up. Everything here is a value
 // type; none of it is thread-safe beyond what a value type is (copy freely, share nothing).
 #pragma once
@@ -75,6 +76,50 @@ class [[nodiscard]] Result {
  private:
   std::variant<T, Status> state_;
 };
+
+namespace detail {
+inline Status statusOf(Status status) { return status; }
+template <typename T>
+Status statusOf(const Result<T>& result) {
+  return result.status();
+}
+// Prints "dtrun: internal error: <file>:<line>: CHECK(<expr>) failed: <message>" and aborts.
+[[noreturn]] void checkFailed(const char* expression, const char* file, int line,
+                              std::string_view message);
+}  // namespace detail
+
+// Error propagation. DTRUN_TRY(expr) returns expr's Status from the enclosing function when it is
+// not ok (expr is a Status or a Result<T>); DTRUN_ASSIGN_OR_RETURN(decl, expr) does the same for a
+// Result<T> and otherwise moves its value into `decl` ("auto x", "int y", or an existing lvalue).
+// The enclosing function returns Status or any Result<U>.
+#define DTRUN_CONCAT_INNER(a, b) a##b
+#define DTRUN_CONCAT(a, b) DTRUN_CONCAT_INNER(a, b)
+
+#define DTRUN_TRY(expr)                                                  \
+  do {                                                                   \
+    if (::dtrun::Status dtrunTryStatus = ::dtrun::detail::statusOf(expr); \
+        !dtrunTryStatus.isOk()) {                                        \
+      return dtrunTryStatus;                                             \
+    }                                                                    \
+  } while (false)
+
+#define DTRUN_ASSIGN_OR_RETURN(decl, expr) \
+  DTRUN_ASSIGN_OR_RETURN_IMPL(DTRUN_CONCAT(dtrunResult, __LINE__), decl, expr)
+#define DTRUN_ASSIGN_OR_RETURN_IMPL(result, decl, expr) \
+  auto result = (expr);                                 \
+  if (!result.isOk()) {                                 \
+    return result.status();                             \
+  }                                                     \
+  decl = std::move(result).value()
+
+// An invariant of dtrun's own code (never of input): when it does not hold, the program is wrong,
+// and continuing would only hide where. Logs the expression and `message`, then aborts.
+#define DTRUN_CHECK(condition, message)                                      \
+  do {                                                                       \
+    if (!(condition)) {                                                      \
+      ::dtrun::detail::checkFailed(#condition, __FILE__, __LINE__, message); \
+    }                                                                        \
+  } while (false)
 
 // Owns one file descriptor; closes it on destruction. Move-only.
 class UniqueFd {

@@ -1,0 +1,25 @@
+// Small text helpers shared by the launcher's and the scheduler's parsers (internal to dtrun).
+// Pure functions over string_views: nothing allocates beyond the returned vector.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace dtrun::text {
+
+// `text` without leading and trailing blanks (space, tab, CR, LF).
+std::string_view trim(std::string_view text);
+
+// Every piece between `separator`s, empty pieces included: split("a,,b", ',') = {"a", "", "b"};
+// split("", ',') = {""}.
+std::vector<std::string_view> split(std::string_view text, char separator);
+
+// True for one or more ASCII digits and nothing else (no sign, no blanks).
+bool isDigits(std::string_view text);
+
+// A decimal integer, optionally signed and surrounded by blanks (as Python's int() takes it);
+// nullopt when malformed or out of range.
+std::optional<long long> parseInt(std::string_view text);
+
+}  // namespace dtrun::text
