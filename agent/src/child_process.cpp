@@ -1,6 +1,8 @@
 #include "child_process.h"
 
 #include <array>
+#include <mutex>
+#include <unordered_set>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -123,6 +125,32 @@ std::string findExecutable(const std::string& name, const std::string& pathVaria
   return {};
 }
 
+namespace {
+// Children owned by a ChildProcess, not yet reaped: the subreaper's orphan reaping leaves them to
+// their owner (a stack tool is reaped by the thread that runs it, never by the loop).
+std::mutex ownedMutex;
+std::unordered_set<pid_t> ownedPids;  // guarded by ownedMutex
+
+void setOwned(pid_t pid, bool owned) {
+  const std::lock_guard<std::mutex> lock(ownedMutex);
+  if (owned) {
+    ownedPids.insert(pid);
+  } else {
+    ownedPids.erase(pid);
+  }
+}
+}  // namespace
+
+bool isOwnedChild(pid_t pid) {
+  const std::lock_guard<std::mutex> lock(ownedMutex);
+  return ownedPids.count(pid) != 0;
+}
+
+void ChildProcess::markReaped() {
+  reaped_ = true;
+  setOwned(pid_, false);
+}
+
 Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
   std::array<int, 2> errorPipe{-1, -1};
   if (::pipe2(errorPipe.data(), O_CLOEXEC) != 0) {
@@ -141,6 +169,7 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
     execChild(request, argv.data(), envp.data(), errorWrite.get(), parent);
   }
   ::setpgid(pid, pid);  // also here, so there is no race over who runs first
+  setOwned(pid, true);
   guardGroup(pid);
   UniqueFd pidfd(pidfdOpen(pid));
   if (!pidfd.valid()) {
@@ -149,6 +178,7 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    setOwned(pid, false);
     return Status::system("pidfd_open", err);
   }
   return ChildProcess(pid, std::move(pidfd), std::move(errorRead), request.path);
@@ -170,7 +200,7 @@ Status ChildProcess::confirmExec() {
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
-  reaped_ = true;
+  markReaped();
   return Status::error(Errc::kNotFound,
                        "cannot run " + path_ + ": " + std::system_category().message(childErrno));
 }
@@ -223,7 +253,7 @@ void ChildProcess::killAndReap() {
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
-  reaped_ = true;
+  markReaped();
 }
 
 void ChildProcess::signalGroup(int signal) const {
@@ -246,7 +276,7 @@ std::optional<ExitStatus> ChildProcess::tryReap() {
   if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG) != 0 || info.si_pid == 0) {
     return std::nullopt;
   }
-  reaped_ = true;
+  markReaped();
   ExitStatus status;
   status.signaled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
   status.code = info.si_status;

@@ -70,6 +70,7 @@ class ChildProcess {
         execError_(std::move(execError)),
         path_(std::move(path)) {}
   void killAndReap();
+  void markReaped();
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;
@@ -77,6 +78,9 @@ class ChildProcess {
   std::string path_;
   bool reaped_ = false;
 };
+
+// Whether `pid` is a child that a live ChildProcess owns and has not reaped yet. Thread-safe.
+bool isOwnedChild(pid_t pid);
 
 // Looks `name` up in PATH unless it contains a '/'. Empty if not found.
 std::string findExecutable(const std::string& name, const std::string& pathVariable);

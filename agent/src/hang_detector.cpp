@@ -179,7 +179,7 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
 }
 
 std::string nativeStack(pid_t pid, const std::string& pathVariable,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, const std::atomic<bool>* cancelled) {
   SpawnRequest request;
   if (const std::string euStack = findExecutable("eu-stack", pathVariable); !euStack.empty()) {
     request.path = euStack;
@@ -207,12 +207,21 @@ std::string nativeStack(pid_t pid, const std::string& pathVariable,
     return "(no stack: " + child.status().message() + ")\n";
   }
   ChildProcess tool = std::move(child).value();
-  pollfd exited{tool.exitFd(), POLLIN, 0};
-  const int ready = ::poll(&exited, 1, static_cast<int>(timeout.count()));
+  // Short slices, so that a cancelled dump (the agent is stopping) ends within one of them.
+  constexpr std::chrono::milliseconds kSlice{100};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int ready = 0;
+  while (ready == 0 && std::chrono::steady_clock::now() < deadline &&
+         (cancelled == nullptr || !cancelled->load())) {
+    pollfd exited{tool.exitFd(), POLLIN, 0};
+    ready = ::poll(&exited, 1, static_cast<int>(kSlice.count()));
+  }
   std::string text;
   if (ready <= 0) {
-    text = "(" + request.argv[0] + " did not finish within " + std::to_string(timeout.count()) +
-           " ms; killed)\n";
+    text = "(" + request.argv[0] +
+           (cancelled != nullptr && cancelled->load()
+                ? " was stopped: the agent is stopping)\n"
+                : " did not finish within " + std::to_string(timeout.count()) + " ms; killed)\n");
   }
   static_cast<void>(tool.tryReap());  // a tool still running is killed by the destructor
   std::string stack;

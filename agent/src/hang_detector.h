@@ -3,6 +3,8 @@
 // the stack dumps run external tools (eu-stack, else gdb) with a deadline.
 #pragma once
 
+#include <atomic>
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -46,8 +48,10 @@ HangRank hangRankOf(const RankProgress& rank, std::int64_t nowNs, bool suspect);
 std::string rankRanges(std::vector<int> ranks);
 
 // The native stacks of every thread of `pid` from eu-stack (elfutils) or, when it is missing,
-// gdb; killed after `timeout`. Says why when neither tool is on `pathVariable` or it failed.
+// gdb; killed after `timeout`, or as soon as `*cancelled` turns true. Says why when neither tool
+// is on `pathVariable` or it failed. Blocks: the agent calls it from its dump thread only.
 std::string nativeStack(pid_t pid, const std::string& pathVariable,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout,
+                        const std::atomic<bool>* cancelled = nullptr);
 
 }  // namespace dtrun::agent::detail

@@ -5,21 +5,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "fd_io.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
+// A closed console or a full disk must not stop the agent: a failed write is dropped.
 void writeAll(int fd, const char* data, std::size_t n) {
-  while (n > 0) {
-    const ssize_t written = ::write(fd, data, n);
-    if (written < 0 && errno == EINTR) {
-      continue;
-    }
-    if (written <= 0) {
-      return;  // a closed console or a full disk must not stop the agent
-    }
-    data += written;
-    n -= static_cast<std::size_t>(written);
-  }
+  static_cast<void>(io::writeAll(fd, data, n));
 }
 
 }  // namespace

@@ -10,30 +10,20 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "fd_io.h"
 #include "log.h"
 
 namespace dtrun::agent::detail {
 namespace {
 
-int guardianPipe = -1;  // the write end, close-on-exec; -1 without a guardian
+int guardianPipe = -1;    // the write end, close-on-exec; -1 without a guardian
+pid_t guardianPid = -1;  // -1 without a guardian
 
 bool readRecord(int fd, std::int32_t& value) {
-  std::size_t got = 0;
-  auto* bytes =
-      reinterpret_cast<char*>(&value);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
-  while (got < sizeof value) {
-    const ssize_t n = ::read(fd, bytes + got, sizeof value - got);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  return true;
+  return io::readFull(fd, &value, sizeof value) == static_cast<long>(sizeof value);
 }
 
 [[noreturn]] void guardianMain(int readFd) {
@@ -116,6 +106,26 @@ void startWorkerGuardian() {
   }
   ::close(fds[0]);
   guardianPipe = fds[1];
+  guardianPid = pid;
+}
+
+void stopWorkerGuardian() {
+  if (guardianPipe < 0) {
+    return;
+  }
+  ::close(guardianPipe);
+  guardianPipe = -1;
+  // It exits as soon as it reads EOF. Reaped here (or, if it died early, already by the agent's
+  // orphan reaping: then waitpid fails with ECHILD at once).
+  for (int tries = 0; tries < 100; ++tries) {
+    int status = 0;
+    const pid_t reaped = ::waitpid(guardianPid, &status, WNOHANG);
+    if (reaped != 0) {
+      break;
+    }
+    ::usleep(10000);
+  }
+  guardianPid = -1;
 }
 
 void guardGroup(pid_t group) { send(static_cast<std::int32_t>(group)); }

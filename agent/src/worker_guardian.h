@@ -13,6 +13,10 @@ namespace dtrun::agent::detail {
 // job runs as before, without the guard.
 void startWorkerGuardian();
 
+// Closes the agent's end of the pipe and reaps the guardian (it exits at once, having nothing
+// left to kill), waiting at most a second: dtrun never leaves its helper behind as a zombie.
+void stopWorkerGuardian();
+
 // A worker's process group started / the agent is done with it (killed and reaped). No-ops
 // without a guardian.
 void guardGroup(pid_t group);

@@ -41,7 +41,6 @@ constexpr double kDefaultShutdownSeconds = 30.0;
 constexpr double kMaxShutdownSeconds = 1.0e6;  // keeps the milliseconds far from overflow
 constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 constexpr int kUsageError = 2;
-constexpr int kExitCannotRun = 127;  // the shell's "command not found", as the agent uses
 
 enum class Kind : std::uint8_t { kValue, kFlag };
 
@@ -949,7 +948,7 @@ int runLaunch(const RawOptions& raw) {
   auto planned = validate(raw, readHostFacts());
   if (!planned.isOk()) {
     std::cerr << "dtrun: " << planned.status().message() << "\n";
-    return planned.status().code() == Errc::kNotFound ? kExitCannotRun : kUsageError;
+    return planned.status().code() == Errc::kNotFound ? agent::kExitCannotRun : kUsageError;
   }
   const LaunchPlan& plan = planned.value();
   // Block the handled signals before any thread exists (every later thread inherits the mask);
@@ -1387,6 +1386,12 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
 
   config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
   config.entrypointName = program.value().front();
+  const std::string& first = config.command.front();
+  const auto executable = host.resolveProgram(first);
+  if (!executable) {
+    return Status::error(Errc::kNotFound, "cannot run " + first + ": not found in PATH");
+  }
+  config.executable = *executable;
   // A script for the interpreter must exist: say so now, once, rather than through a Python
   // traceback from every rank.
   const bool interpreted = config.command.front() != config.entrypointName;
@@ -1493,6 +1498,18 @@ HostFacts readHostFacts() {
           (dir.empty() ? std::string(".") : std::string(dir)) + "/" + entry;
       if (isExecutableFile(candidate)) {
         return entry;  // the agent looks the name up in PATH
+      }
+    }
+    return std::nullopt;
+  };
+  host.resolveProgram = [searchPath](const std::string& program) -> std::optional<std::string> {
+    if (program.find('/') != std::string::npos) {
+      return program;  // exec says what is wrong with it, if anything
+    }
+    for (const std::string_view dir : split(searchPath, ':')) {
+      std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + program;
+      if (isExecutableFile(candidate)) {
+        return candidate;
       }
     }
     return std::nullopt;

@@ -36,6 +36,11 @@ struct HostFacts {
   // for a program in the working directory, or the bare name when PATH has it. nullopt if none.
   std::function<std::optional<std::string>(const std::string& entrypoint)> findExecutable =
       [](const std::string&) { return std::optional<std::string>(); };
+  // The file exec'd for a command's first word: a name with a '/' as given, else the first
+  // executable file of that name on PATH; nullopt when PATH has none. Resolved here, once: the
+  // agent never searches PATH. (Tests take the name as it is.)
+  std::function<std::optional<std::string>(const std::string& program)> resolveProgram =
+      [](const std::string& program) { return std::optional<std::string>(program); };
   // Whether a script handed to the interpreter exists (tests assume it does).
   std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
   // Whether `host` (a name or address) is this machine: c10d's is_host guess. readHostFacts:

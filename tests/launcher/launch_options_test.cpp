@@ -247,6 +247,8 @@ TEST_CASE("PET_ variables sit between the command line and the default", "[unit]
   const ScopedEnv omp("OMP_NUM_THREADS", "3");
   auto host = launcher::readHostFacts();
   host.makeRunId = [] { return std::string("generated-id"); };
+  // "prog" exists nowhere: the plan is what is checked here, not the PATH lookup.
+  host.resolveProgram = [](const std::string& name) { return std::optional<std::string>(name); };
 
   SECTION("env beats default") {
     const auto p = planOk({"prog"}, host);

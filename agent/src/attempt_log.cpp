@@ -1,0 +1,176 @@
+#include "attempt_log.h"
+
+#include <cerrno>
+#include <iostream>
+#include <system_error>
+
+namespace dtrun::agent::detail {
+namespace {
+
+std::string attemptCause(StopReason reason, bool failed, bool hang) {
+  switch (reason) {
+    case StopReason::kNone:
+      return failed ? "worker_failed" : "succeeded";
+    case StopReason::kFailure:
+      return hang ? "hang" : "worker_failed";
+    case StopReason::kSignal:
+      return "signal";
+    case StopReason::kStartup:
+      return "startup_failed";
+    case StopReason::kRoundEnded:
+      return "round_ended";
+    case StopReason::kStoreLost:
+      return "store_lost";
+  }
+  return "worker_failed";
+}
+
+std::string jobOutcome(const JobRecord& record, int exitCode, StopReason reason) {
+  if (exitCode == 0) {
+    return "succeeded";
+  }
+  switch (reason) {
+    case StopReason::kSignal:
+      return "signal";
+    case StopReason::kStoreLost:
+      return "store_lost";
+    case StopReason::kStartup:
+      return "startup_failed";
+    default:
+      break;
+  }
+  if (record.attempts.empty()) {
+    return "startup_failed";
+  }
+  if (record.rootCause && record.rootCause->status.code == kExitHang &&
+      !record.rootCause->status.signaled && record.hang) {
+    return "hang";
+  }
+  return "failed";
+}
+
+std::optional<Clock::time_point> clockOf(std::int64_t ns) {
+  if (ns == 0) {
+    return std::nullopt;
+  }
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
+}  // namespace
+
+AttemptLog::AttemptLog(const AgentConfig& config, const std::string& host) : config_(config) {
+  record_.runId = config.runId;
+  record_.entrypoint = config.entrypointName;
+  record_.command = config.command;
+  record_.host = host;
+  record_.minNodes = config.multiNode ? config.multiNode->minNodes : 1;
+  record_.maxNodes = config.multiNode ? config.multiNode->maxNodes : 1;
+  record_.nprocPerNode = config.nprocPerNode;
+  record_.maxRestarts = config.maxRestarts;
+  record_.agentStart = Clock::now();
+}
+
+void AttemptLog::begin(int attempt, const std::filesystem::path& attemptDir,
+                       const std::optional<rdzv::Assignment>& assignment,
+                       std::optional<Clock::time_point> joinSent,
+                       std::optional<Clock::time_point> roundClosed) {
+  AttemptRecord a;
+  a.attempt = attempt;
+  if (assignment) {
+    a.round = static_cast<int>(assignment->round);
+    a.nodeRank = assignment->nodeRank;
+    a.nodeCount = assignment->nodeCount;
+    a.worldSize = assignment->worldSize;
+    a.rendezvousJoined = joinSent;
+    a.roundClosed = roundClosed;
+  } else {
+    a.worldSize = config_.nprocPerNode;
+  }
+  a.started = Clock::now();
+  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) {
+    RankRecord rank;
+    rank.localRank = localRank;
+    rank.rank = (assignment ? assignment->rankOffset : 0) + localRank;
+    rank.logDir = (attemptDir / std::to_string(localRank)).string();
+    a.ranks.push_back(rank);
+  }
+  record_.attempts.push_back(std::move(a));
+}
+
+void AttemptLog::started(const GroupStart& start, const WorkerGroup& group) {
+  attempt().spawned = start.spawned;
+  attempt().firstRunning = start.firstRunning;
+  for (const Worker& w : group.workers()) {
+    if (w.child) {
+      attempt().ranks[static_cast<std::size_t>(w.localRank)].pid = w.child->pid();
+    }
+  }
+}
+
+void AttemptLog::stopBegan() {
+  if (!record_.attempts.empty() && !attempt().stopBegan) {
+    attempt().stopBegan = Clock::now();
+  }
+}
+
+void AttemptLog::exited(int localRank, ExitStatus status) {
+  if (!record_.attempts.empty()) {
+    attempt().ranks[static_cast<std::size_t>(localRank)].exit = status;
+  }
+}
+
+void AttemptLog::end(StopReason reason, const std::vector<WorkerFailure>& failures, bool hang,
+                     int signal, const std::optional<rdzv::RoundEnd>& roundEnd,
+                     const WorkerGroup& group) {
+  if (!open()) {
+    return;
+  }
+  for (const Worker& w : group.workers()) {  // the startup milestones the workers wrote
+    if (!w.progress) {
+      continue;
+    }
+    if (const auto snapshot = w.progress->read()) {
+      auto& rank = attempt().ranks[static_cast<std::size_t>(w.localRank)];
+      rank.storeConnected = clockOf(snapshot->storeConnectedNs);
+      rank.communicatorReady = clockOf(snapshot->commReadyNs);
+    }
+  }
+  AttemptRecord& a = attempt();
+  a.ended = Clock::now();
+  a.cause = attemptCause(reason, !failures.empty(), hang);
+  if (reason == StopReason::kSignal) {
+    a.message = "received " + signalName(signal);
+  } else if (reason == StopReason::kRoundEnded) {
+    a.message = roundEnd ? roundEnd->message : "";
+  }
+  if (!failures.empty() && a.message.empty()) {
+    const WorkerFailure& f = failures.front();
+    a.message = hang && record_.hang
+                    ? record_.hang->summary
+                    : "rank " + std::to_string(f.rank) + " failed: " + f.status.describe();
+  }
+  if (config_.verbose) {
+    std::cerr << formatTimeline(record_, a);
+  }
+}
+
+void AttemptLog::finish(int exitCode, StopReason reason) {
+  record_.ended = Clock::now();
+  record_.exitCode = exitCode;
+  record_.outcome = jobOutcome(record_, exitCode, reason);
+  if (config_.reportFile.empty() && !config_.verbose) {
+    return;
+  }
+  std::cerr << formatSummary(record_);
+  if (config_.reportFile.empty()) {
+    return;
+  }
+  if (writeFileAtomically(config_.reportFile, reportJson(record_))) {
+    std::cerr << "dtrun: run report in " << config_.reportFile << "\n";
+  } else {
+    std::cerr << "dtrun: cannot write the run report to " << config_.reportFile << ": "
+              << std::error_code(errno, std::generic_category()).message() << "\n";
+  }
+}
+
+}  // namespace dtrun::agent::detail

@@ -1,0 +1,51 @@
+#include "attempt_policy.h"
+
+namespace dtrun::agent::detail {
+
+Decision decideAfterAttempt(const AttemptEnd& end) {
+  Decision d;
+  switch (end.reason) {
+    case StopReason::kStartup:  // not a worker failure: no restart, no report
+      d.exitCode = end.startupExitCode;
+      d.leaveJob = end.multiNode;
+      return d;
+    case StopReason::kSignal:
+      d.exitCode = 128 + end.signal;
+      d.leaveJob = end.multiNode;
+      return d;
+    case StopReason::kStoreLost:
+      d.exitCode = 1;
+      return d;
+    case StopReason::kNone:
+    case StopReason::kFailure:
+    case StopReason::kRoundEnded:
+      break;
+  }
+  if (end.multiNode) {
+    // The keeper owns the job's budget: a failure here has already ended the round for every
+    // node, and whether a next round runs is its decision, delivered through the next join.
+    d.reportLocalSuccess = end.reason == StopReason::kNone && !end.failed;
+    if (!end.roundEnd) {
+      d.step = NextStep::kAwaitRoundEnd;
+    } else if (*end.roundEnd == rdzv::RoundEnd::Kind::kSuccess) {
+      d.step = NextStep::kFinishAfterDrain;
+      d.exitCode = 0;
+    } else {
+      d.step = NextStep::kRendezvous;
+    }
+    return d;
+  }
+  if (!end.failed) {
+    d.exitCode = 0;
+    return d;
+  }
+  if (end.restartsUsed < end.maxRestarts) {
+    d.step = NextStep::kRestart;
+    return d;
+  }
+  d.exitCode = end.rootCauseCode;
+  d.reportFailure = true;
+  return d;
+}
+
+}  // namespace dtrun::agent::detail

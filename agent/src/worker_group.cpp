@@ -1,0 +1,269 @@
+#include "worker_group.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <system_error>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker_env.h"
+
+namespace dtrun::agent::detail {
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+UniqueFd openLog(const fs::path& path) {
+  return UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+}
+
+// A worker's two output pipes (read ends) and log files, from its start until its pumps own them.
+struct WorkerStreams {
+  UniqueFd outPipe;
+  UniqueFd errPipe;
+  UniqueFd outLog;
+  UniqueFd errLog;
+};
+
+Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
+  std::array<int, 2> fds{-1, -1};
+  if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
+    return Status::system("pipe2", errno);
+  }
+  return std::pair<UniqueFd, UniqueFd>{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
+                         std::vector<std::string> inheritedEnv, ExitHandler onExit)
+    : io_(io),
+      config_(config),
+      inheritedEnv_(std::move(inheritedEnv)),
+      onExit_(std::move(onExit)),
+      graceTimer_(io) {}
+
+GroupStart WorkerGroup::start(const GroupPlacement& placement) {
+  std::error_code ec;
+  fs::create_directories(placement.attemptDir, ec);
+  graceTimer_.cancel();
+  workers_.clear();
+  workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+  std::vector<WorkerStreams> streams(workers_.size());
+  GroupStart result;
+  for (std::size_t i = 0; i < workers_.size() && result.status.isOk(); ++i) {
+    Worker& w = workers_[i];
+    w.localRank = static_cast<int>(i);
+    w.rank = placement.rankOffset + w.localRank;
+    w.dir = placement.attemptDir / std::to_string(w.localRank);
+    fs::create_directory(w.dir, ec);
+    streams[i].outLog = openLog(w.dir / "stdout.log");
+    streams[i].errLog = openLog(w.dir / "stderr.log");
+    if (!progress::createProgressFile((w.dir / "progress").string())) {
+      log::agent().warn("cannot create {}: rank {} reports no progress",
+                        (w.dir / "progress").string(), w.rank);
+    }
+    result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe);
+    if (result.status.isOk() && anyStartedWorkerFailed()) {
+      break;
+    }
+  }
+  result.spawned = Clock::now();
+  for (auto& w : workers_) {
+    if (!w.child) {
+      continue;
+    }
+    if (auto s = w.child->confirmExec(); !s.isOk() && result.status.isOk()) {
+      result.status = s;
+    } else if (s.isOk() && !result.firstRunning) {
+      result.firstRunning = Clock::now();
+    }
+    if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
+      w.progress.emplace(std::move(*reader));
+    }
+  }
+  int started = 0;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i].child) {
+      // After a failed start only the exits are watched: the group is killed, nothing is shown.
+      if (result.status.isOk()) {
+        watch(workers_[i], std::move(streams[i].outPipe), std::move(streams[i].errPipe),
+              std::move(streams[i].outLog), std::move(streams[i].errLog));
+      } else {
+        watchExit(i);
+      }
+      ++started;
+    }
+  }
+  if (result.status.isOk()) {
+    log::agent().info("attempt {}: started {} of {} worker(s) of {}", placement.restartCount,
+                      started, config_.nprocPerNode, config_.entrypointName);
+  }
+  return result;
+}
+
+Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, UniqueFd& outPipe,
+                                UniqueFd& errPipe) {
+  DTRUN_ASSIGN_OR_RETURN(auto out, makePipe());
+  DTRUN_ASSIGN_OR_RETURN(auto err, makePipe());
+  outPipe = std::move(out.first);
+  errPipe = std::move(err.first);
+
+  WorkerPlacement env;
+  env.localRank = w.localRank;
+  env.rank = w.rank;
+  env.worldSize = placement.worldSize;
+  env.groupRank = placement.groupRank;
+  env.groupWorldSize = placement.groupWorldSize;
+  env.restartCount = placement.restartCount;
+  env.masterAddr = config_.masterAddr;
+  env.masterPort = placement.masterPort;
+  env.errorFile = (w.dir / "error.json").string();
+  env.logDir = w.dir.string();
+  env.progressFile = (w.dir / "progress").string();
+
+  SpawnRequest request;
+  request.path = config_.executable.empty() ? config_.command.at(0) : config_.executable;
+  request.argv = substituteLocalRank(config_.command, w.localRank);
+  request.env = workerEnvironment(inheritedEnv_, config_, env);
+  request.stdoutFd = out.second.get();
+  request.stderrFd = err.second.get();
+  DTRUN_ASSIGN_OR_RETURN(auto child, ChildProcess::start(request));
+  w.child.emplace(std::move(child));
+  return Status::ok();
+}
+
+void WorkerGroup::watch(Worker& w, UniqueFd outPipe, UniqueFd errPipe, UniqueFd outLog,
+                        UniqueFd errLog) {
+  w.out = makePump(w, std::move(outPipe), std::move(outLog), Streams::kOut, STDOUT_FILENO);
+  w.err = makePump(w, std::move(errPipe), std::move(errLog), Streams::kErr, STDERR_FILENO);
+  watchExit(static_cast<std::size_t>(w.localRank));
+}
+
+void WorkerGroup::watchExit(std::size_t index) {
+  Worker& w = workers_[index];
+  w.exitWatch = std::make_unique<asio::posix::stream_descriptor>(
+      io_, ::fcntl(w.child->exitFd(), F_DUPFD_CLOEXEC, 0));
+  w.exitWatch->async_wait(asio::posix::descriptor_base::wait_read,
+                          [this, index](const boost::system::error_code& ec) {
+                            if (!ec) {
+                              onExitReadable(index);
+                            }
+                          });
+}
+
+std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe,
+                                                  UniqueFd logFile, Streams stream,
+                                                  int consoleFd) {
+  const auto has = [stream](Streams s) {
+    return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
+  };
+  const bool tee = has(config_.tee.forRank(w.localRank));
+  const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
+  const bool shown = !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
+  ConsoleMode mode = ConsoleMode::kNone;
+  if (shown && tee) {
+    mode = ConsoleMode::kPrefixed;
+  } else if (shown && !redirected) {
+    mode = ConsoleMode::kRaw;
+  }
+  // Every stream lands in the rank's log file, redirected or not.
+  auto pump = std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode,
+                                           consoleFd,
+                                           "[" + config_.role + std::to_string(w.localRank) + "]:");
+  pump->start();
+  return pump;
+}
+
+// The one path by which a worker's exit becomes known: its pidfd turned readable.
+void WorkerGroup::onExitReadable(std::size_t index) {
+  Worker& w = workers_[index];
+  if (!w.child || !w.child->running()) {
+    return;
+  }
+  const auto status = w.child->tryReap();
+  if (!status) {
+    return;
+  }
+  w.status = status;
+  reapOrphans();
+  onExit_(w, *status);  // may start the next attempt: `w` is not touched afterwards
+}
+
+void WorkerGroup::reapOrphans() {
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0 ||
+        isOwnedChild(info.si_pid)) {
+      return;  // nothing exited, or the first exited child is its owner's to reap
+    }
+    int ignored = 0;
+    ::waitpid(info.si_pid, &ignored, WNOHANG);
+  }
+}
+
+// Peeks (without reaping) whether a worker of the group being started already exited badly.
+bool WorkerGroup::anyStartedWorkerFailed() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+    siginfo_t info{};
+    return w.child &&
+           ::waitid(P_PID, static_cast<id_t>(w.child->pid()), &info,
+                    WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid != 0 && !(info.si_code == CLD_EXITED && info.si_status == 0);
+  });
+}
+
+void WorkerGroup::signalAll(int signal) {
+  for (auto& w : workers_) {
+    if (w.child && w.child->running()) {
+      w.child->signalGroup(signal);
+    }
+  }
+}
+
+void WorkerGroup::stop(int signal) {
+  signalAll(signal);
+  graceTimer_.expires_after(config_.shutdownTimeout);
+  graceTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) {
+      return;
+    }
+    log::agent().warn("workers still running {} ms after the stop signal: sending SIGKILL",
+                      config_.shutdownTimeout.count());
+    signalAll(SIGKILL);
+  });
+}
+
+void WorkerGroup::settle() {
+  graceTimer_.cancel();
+  for (auto& w : workers_) {
+    if (w.child) {
+      w.child->signalGroup(SIGKILL);  // whatever the worker left behind in its group
+    }
+    if (w.out) {
+      w.out->drainAndStop();
+    }
+    if (w.err) {
+      w.err->drainAndStop();
+    }
+  }
+}
+
+bool WorkerGroup::allExited() const {
+  return std::all_of(workers_.begin(), workers_.end(),
+                     [](const Worker& w) { return !w.child || !w.child->running(); });
+}
+
+const Worker* WorkerGroup::findByRank(int rank) const {
+  const auto it = std::find_if(workers_.begin(), workers_.end(),
+                               [rank](const Worker& w) { return w.rank == rank; });
+  return it == workers_.end() ? nullptr : &*it;
+}
+
+}  // namespace dtrun::agent::detail

@@ -1,0 +1,111 @@
+// The workers of one attempt on this node, as processes: their directories, pipes, log and
+// progress files, spawn and exec confirmation, output pumps, signals and reaping. Mechanism only:
+// it reports "local rank r exited with status s" and never decides what happens next (that is
+// attempt_policy.h's job, wired in agent.cpp). Runs on the agent's event loop; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>  // before Asio (Boost 1.74 under C++20)
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "dtrun/agent.h"
+#include "dtrun/common.h"
+
+#include "child_process.h"
+#include "output_pump.h"
+#include "progress_file.h"
+#include "run_report.h"
+
+namespace dtrun::agent::detail {
+
+struct Worker {
+  int localRank = 0;
+  int rank = 0;
+  std::filesystem::path dir;  // <attempt dir>/<local rank>, as torchrun's
+  std::optional<ChildProcess> child;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> exitWatch;  // a dup of the pidfd
+  std::unique_ptr<OutputPump> out;
+  std::unique_ptr<OutputPump> err;
+  std::optional<ExitStatus> status;
+  std::optional<progress::ProgressReader> progress;  // mapped once the worker started
+};
+
+// Where and as whom one attempt's workers run.
+struct GroupPlacement {
+  std::filesystem::path attemptDir;
+  int rankOffset = 0;  // global rank of local rank 0
+  int worldSize = 1;
+  int groupRank = 0;
+  int groupWorldSize = 1;
+  int restartCount = 0;
+  std::uint16_t masterPort = 0;
+};
+
+// What starting the group did, for the attempt's record.
+struct GroupStart {
+  Status status;  // not ok: a worker could not be started (the group is being killed)
+  Clock::time_point spawned;
+  std::optional<Clock::time_point> firstRunning;  // the first exec confirmed
+};
+
+class WorkerGroup {
+ public:
+  // Called on the loop once per worker, when it has been reaped.
+  using ExitHandler = std::function<void(const Worker& worker, ExitStatus status)>;
+
+  WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
+              std::vector<std::string> inheritedEnv, ExitHandler onExit);
+
+  // Starts config.nprocPerNode workers one after another without waiting for their execs
+  // (confirmed together afterwards), and stops starting more once a started one already failed:
+  // the group is going to be stopped, and every further start would only delay the restart.
+  GroupStart start(const GroupPlacement& placement);
+
+  // `signal` to every running worker's process group.
+  void signalAll(int signal);
+  // signalAll(signal), then SIGKILL after config.shutdownTimeout unless every worker is gone.
+  void stop(int signal);
+  // Once every worker is reaped: cancels the grace timer, kills what the workers left in their
+  // groups and copies their last output.
+  void settle();
+
+  // True once every started worker has been reaped (as an exit, or by exec confirmation).
+  [[nodiscard]] bool allExited() const;
+  [[nodiscard]] const std::vector<Worker>& workers() const { return workers_; }
+  [[nodiscard]] const Worker* findByRank(int rank) const;
+
+  // Kills and reaps every worker still running (the agent's last act; normally none is).
+  void clear() { workers_.clear(); }
+
+  // Reaps children re-parented to this subreaper (the agent is one); workers and other owned
+  // children are left to their owners. Call on SIGCHLD.
+  void reapOrphans();
+
+ private:
+  Status startWorker(Worker& w, const GroupPlacement& placement, UniqueFd& outPipe,
+                     UniqueFd& errPipe);
+  void watch(Worker& w, UniqueFd outPipe, UniqueFd errPipe, UniqueFd outLog, UniqueFd errLog);
+  void watchExit(std::size_t index);
+  std::unique_ptr<OutputPump> makePump(const Worker& w, UniqueFd pipe, UniqueFd logFile,
+                                       Streams stream, int consoleFd);
+  void onExitReadable(std::size_t index);
+  [[nodiscard]] bool anyStartedWorkerFailed() const;
+
+  boost::asio::io_context& io_;
+  const AgentConfig& config_;
+  const std::vector<std::string> inheritedEnv_;
+  const ExitHandler onExit_;
+  boost::asio::steady_timer graceTimer_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace dtrun::agent::detail
