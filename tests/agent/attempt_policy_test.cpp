@@ -1,0 +1,155 @@
+// The failure and restart rules of README.md ("Exit codes", "Many nodes"), one case per row,
+// checked on the pure policy: no process, no store, no clock.
+#include <catch2/catch.hpp>
+
+#include "attempt_policy.h"
+
+namespace {
+
+using dtrun::agent::detail::AttemptEnd;
+using dtrun::agent::detail::decideAfterAttempt;
+using dtrun::agent::detail::Decision;
+using dtrun::agent::detail::NextStep;
+using dtrun::agent::detail::StopReason;
+using Kind = dtrun::rdzv::RoundEnd::Kind;
+
+AttemptEnd singleNode(StopReason reason, bool failed, int restartsUsed, int maxRestarts) {
+  AttemptEnd end;
+  end.reason = reason;
+  end.failed = failed;
+  end.restartsUsed = restartsUsed;
+  end.maxRestarts = maxRestarts;
+  return end;
+}
+
+AttemptEnd multiNode(StopReason reason, bool failed, std::optional<Kind> roundEnd) {
+  AttemptEnd end;
+  end.reason = reason;
+  end.multiNode = true;
+  end.failed = failed;
+  end.roundEnd = roundEnd;
+  end.restartsUsed = 5;  // the keeper's budget, never the agent's: must not matter
+  end.maxRestarts = 0;
+  return end;
+}
+
+}  // namespace
+
+TEST_CASE("exit 0: every worker succeeded", "[unit][agent][policy]") {
+  const Decision d = decideAfterAttempt(singleNode(StopReason::kNone, false, 0, 3));
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 0);
+  CHECK_FALSE(d.reportFailure);
+}
+
+TEST_CASE("a failing worker restarts the group while --max_restarts allows",
+          "[unit][agent][policy]") {
+  for (int used = 0; used < 3; ++used) {
+    const Decision d = decideAfterAttempt(singleNode(StopReason::kFailure, true, used, 3));
+    CHECK(d.step == NextStep::kRestart);
+    CHECK_FALSE(d.reportFailure);
+  }
+}
+
+TEST_CASE("exit N: the root cause's exit code once restarts ran out, with the failure report",
+          "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kFailure, true, 3, 3);
+  end.rootCauseCode = 7;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 7);
+  CHECK(d.reportFailure);
+}
+
+TEST_CASE("exit 128+S: the root-cause worker died of signal S", "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kFailure, true, 0, 0);
+  end.rootCauseCode = 128 + 11;  // ExitStatus::shellCode() of a SIGSEGV
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.exitCode == 139);
+  CHECK(d.reportFailure);
+}
+
+TEST_CASE("exit 128+S: dtrun itself got a handled signal; no restart, the job is left",
+          "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kSignal, false, 0, 3);
+  end.signal = 15;
+  Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 143);
+  CHECK_FALSE(d.reportFailure);
+  CHECK_FALSE(d.leaveJob);
+
+  end.multiNode = true;  // the others re-rendezvous at once instead of waiting for a heartbeat
+  end.signal = 2;
+  d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 130);
+  CHECK(d.leaveJob);
+}
+
+TEST_CASE("exit 124: a hang found with restarts used up", "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kFailure, true, 1, 1);
+  end.rootCauseCode = dtrun::agent::detail::kExitHang;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.exitCode == 124);
+  CHECK(d.reportFailure);
+}
+
+TEST_CASE("exit 127: the entrypoint cannot run; never restarted", "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kStartup, false, 0, 3);
+  end.startupExitCode = 127;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 127);
+  CHECK_FALSE(d.reportFailure);
+}
+
+TEST_CASE("exit 1: the job's store was lost", "[unit][agent][policy]") {
+  const Decision d = decideAfterAttempt(multiNode(StopReason::kStoreLost, false, std::nullopt));
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 1);
+  CHECK_FALSE(d.leaveJob);
+}
+
+TEST_CASE("many nodes: a failure anywhere restarts everyone through the next round",
+          "[unit][agent][policy]") {
+  // Here: this node's worker failed and ended the round; the keeper charges the budget.
+  Decision d = decideAfterAttempt(multiNode(StopReason::kFailure, true, Kind::kFailure));
+  CHECK(d.step == NextStep::kRendezvous);
+  CHECK_FALSE(d.reportLocalSuccess);
+  // Elsewhere: the round ended while this node's workers ran.
+  d = decideAfterAttempt(multiNode(StopReason::kRoundEnded, false, Kind::kFailure));
+  CHECK(d.step == NextStep::kRendezvous);
+  // The round's end has not arrived yet: wait for it.
+  d = decideAfterAttempt(multiNode(StopReason::kFailure, true, std::nullopt));
+  CHECK(d.step == NextStep::kAwaitRoundEnd);
+}
+
+TEST_CASE("many nodes: success needs every node (the exit barrier)", "[unit][agent][policy]") {
+  Decision d = decideAfterAttempt(multiNode(StopReason::kNone, false, std::nullopt));
+  CHECK(d.step == NextStep::kAwaitRoundEnd);
+  CHECK(d.reportLocalSuccess);
+  d = decideAfterAttempt(multiNode(StopReason::kNone, false, Kind::kSuccess));
+  CHECK(d.step == NextStep::kFinishAfterDrain);
+  CHECK(d.exitCode == 0);
+  // Another node failed while this one waited at the barrier: it rejoins and runs again.
+  d = decideAfterAttempt(multiNode(StopReason::kNone, false, Kind::kFailure));
+  CHECK(d.step == NextStep::kRendezvous);
+}
+
+TEST_CASE("many nodes: a membership change (node lost, late node) re-rendezvouses",
+          "[unit][agent][policy]") {
+  const Decision d = decideAfterAttempt(multiNode(StopReason::kRoundEnded, false, Kind::kMembership));
+  CHECK(d.step == NextStep::kRendezvous);
+  CHECK_FALSE(d.leaveJob);
+}
+
+TEST_CASE("many nodes: a node whose workers cannot start leaves the job with 127",
+          "[unit][agent][policy]") {
+  AttemptEnd end = multiNode(StopReason::kStartup, false, std::nullopt);
+  end.startupExitCode = 127;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 127);
+  CHECK(d.leaveJob);
+}
