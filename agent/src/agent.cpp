@@ -458,10 +458,12 @@ class Agent {
     group_.stop(sig);
   }
 
-  // The group is down: settle it, then ask the policy what comes next. A dump under way finishes
-  // first (its record belongs to this attempt); afterDump() comes back here.
+  // The group is down (or, between rounds, there is none): settle it, then ask the policy what
+  // comes next. Called again when the reason changes (a signal, the store lost) after a settled
+  // attempt waited at the barrier. A dump under way finishes first (its record belongs to this
+  // attempt); afterDump() comes back here.
   void onAllExited() {
-    if (finished_ || attemptSettled_ || !group_.allExited() || hangWatch_->dumping()) {
+    if (finished_ || !group_.allExited() || hangWatch_->dumping()) {
       return;
     }
     attemptSettled_ = true;

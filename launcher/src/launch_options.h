@@ -1,6 +1,15 @@
-// torchrun's command line for `dtrun [options] <entrypoint> [args...]`: CLI11 collects the raw text
-// of each option, and the pure validate() turns it, the PET_* environment and a few host facts
-// into the agent's configuration. Nothing here is thread-safe or blocks.
+// The launcher's model of `dtrun [options] <entrypoint> [args...]`: what the command line said
+// (RawOptions), what the host is (HostFacts), and the checked plan (LaunchPlan) that the pure
+// validate() builds from them. Where each part lives:
+//   option_table.{h,cpp}     the option table and the CLI11 glue
+//   value_parsers.{h,cpp}    one option's text -> a value, or a one-line error
+//   resolver.h               command line > PET_* > the scheduler's allocation > default
+//   scheduler_merge.{h,cpp}  the SLURM/PBS allocation merged below the user's settings
+//   launch_plan.cpp          validate(): everything above -> LaunchPlan
+//   host_facts.{h,cpp}       readHostFacts(): the launcher's only system calls
+//   plan_text.cpp            the banner and --dry-run's text
+//   launch_command.cpp       signals blocked, logging, then the agent
+// Nothing here is thread-safe or blocks.
 #pragma once
 
 #include <functional>

@@ -15,6 +15,7 @@
 
 #include "launch_options.h"
 #include "log.h"
+#include "signal_mask.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -73,12 +74,7 @@ int runStore(const StoreCommandOptions& options) {
   log::init(options.logLevel);
   // Block the stop signals in every thread (the server's inherits this mask) and take them with
   // sigwait, so no handler runs in signal context.
-  sigset_t stopSignals;
-  sigemptyset(&stopSignals);
-  sigaddset(&stopSignals, SIGINT);
-  sigaddset(&stopSignals, SIGTERM);
-  sigaddset(&stopSignals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  const sigset_t stopSignals = signals::block({SIGINT, SIGTERM, SIGHUP});
   raiseFileLimit(options.maxConnections);
 
   std::vector<std::pair<std::string, std::string>> conf;

@@ -1,0 +1,183 @@
+#include "host_facts.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <random>
+#include <string_view>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch_options.h"
+#include "text.h"
+
+extern char** environ;  // NOLINT(readability-identifier-naming): POSIX spells it so
+
+namespace dtrun::launcher {
+namespace {
+
+using text::isDigits;
+using text::split;
+
+std::string randomRunId() {
+  std::random_device device;
+  std::array<unsigned, 16> bytes{};
+  for (unsigned& b : bytes) {
+    b = device() & 0xffU;
+  }
+  bytes[6] = (bytes[6] & 0x0fU) | 0x40U;  // version 4
+  bytes[8] = (bytes[8] & 0x3fU) | 0x80U;  // RFC 4122 variant
+  constexpr std::string_view kHex = "0123456789abcdef";
+  std::string id;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) {
+      id += '-';
+    }
+    id += kHex[bytes[i] >> 4U];
+    id += kHex[bytes[i] & 0x0fU];
+  }
+  return id;
+}
+
+bool isExecutableFile(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+         ::access(path.c_str(), X_OK) == 0;
+}
+
+// The numeric text of an address (IPv4 or IPv6), for comparing names that resolve alike.
+std::string addressText(const sockaddr* address) {
+  std::array<char, INET6_ADDRSTRLEN> text{};
+  const void* raw =
+      address->sa_family == AF_INET
+          ? static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in*>(address)->sin_addr)  // NOLINT
+          : static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);  // NOLINT
+  return ::inet_ntop(address->sa_family, raw, text.data(), text.size()) != nullptr ? text.data()
+                                                                                   : "";
+}
+
+bool isThisMachine(const std::string& name) {
+  std::array<char, 256> own{};
+  if (name == "localhost" ||
+      (::gethostname(own.data(), own.size() - 1) == 0 && name == own.data())) {
+    return true;
+  }
+  std::set<std::string> local;
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) == 0) {
+    for (const ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr != nullptr &&
+          (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+        local.insert(addressText(i->ifa_addr));
+      }
+    }
+    ::freeifaddrs(interfaces);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) {
+    return false;
+  }
+  bool mine = false;
+  for (const addrinfo* a = found; a != nullptr && !mine; a = a->ai_next) {
+    const std::string text = addressText(a->ai_addr);
+    mine = local.count(text) != 0 || text.starts_with("127.") || text == "::1";
+  }
+  ::freeaddrinfo(found);
+  return mine;
+}
+
+}  // namespace
+
+std::vector<std::string> environSnapshot() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    env.emplace_back(*entry);
+  }
+  return env;
+}
+
+HostFacts readHostFacts() {
+  HostFacts host;
+  host.fileExists = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(path, ec);
+  };
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const auto equals = text.find('=');
+    if (equals != std::string_view::npos) {
+      host.env.emplace(text.substr(0, equals), text.substr(equals + 1));
+    }
+  }
+  int deviceNodes = 0;
+  std::error_code ec;
+  for (const auto& node : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = node.path().filename().string();
+    if (name.size() > 6 && name.starts_with("nvidia") && isDigits(name.substr(6))) {
+      ++deviceNodes;
+    }
+  }
+  const auto cvd = host.env.find("CUDA_VISIBLE_DEVICES");
+  host.gpuCount = countVisibleGpus(
+      deviceNodes, cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  host.cpuCount = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const auto path = host.env.find("PATH");
+  const std::string searchPath =
+      path == host.env.end() ? "/usr/local/bin:/usr/bin:/bin" : path->second;
+  host.findExecutable = [searchPath](const std::string& entry) -> std::optional<std::string> {
+    if (entry.find('/') != std::string::npos) {
+      return isExecutableFile(entry) ? std::optional(entry) : std::nullopt;
+    }
+    if (isExecutableFile(entry)) {
+      return "./" + entry;  // a program in the working directory, as its name was meant
+    }
+    for (const std::string_view dir : split(searchPath, ':')) {
+      const std::string candidate =
+          (dir.empty() ? std::string(".") : std::string(dir)) + "/" + entry;
+      if (isExecutableFile(candidate)) {
+        return entry;  // the agent looks the name up in PATH
+      }
+    }
+    return std::nullopt;
+  };
+  host.resolveProgram = [searchPath](const std::string& program) -> std::optional<std::string> {
+    if (program.find('/') != std::string::npos) {
+      return program;  // exec says what is wrong with it, if anything
+    }
+    for (const std::string_view dir : split(searchPath, ':')) {
+      std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + program;
+      if (isExecutableFile(candidate)) {
+        return candidate;
+      }
+    }
+    return std::nullopt;
+  };
+  host.makeRunId = randomRunId;
+  host.isThisHost = isThisMachine;
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) == 0) {
+    host.hostName = name.data();
+  }
+  host.readFile = [](const std::string& file) -> std::optional<std::string> {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      return std::nullopt;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return in.bad() ? std::nullopt : std::optional(text.str());
+  };
+  return host;
+}
+}  // namespace dtrun::launcher

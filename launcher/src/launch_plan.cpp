@@ -1,0 +1,562 @@
+// validate(): the options, the PET_* environment, the scheduler's allocation and the host's facts
+// checked and resolved into the launch plan. Pure: everything it learns comes in HostFacts.
+#include <algorithm>
+#include <csignal>
+
+#include "dtrun/scheduler.h"
+
+#include "launch_options.h"
+#include "option_table.h"
+#include "resolver.h"
+#include "scheduler_merge.h"
+#include "text.h"
+#include "value_parsers.h"
+
+namespace dtrun::launcher {
+namespace {
+
+constexpr int kDefaultC10dPort = 29400;
+constexpr int kDefaultStaticPort = 29500;  // torchrun's --master_port default
+constexpr double kDefaultShutdownSeconds = 30.0;
+constexpr double kMaxShutdownSeconds = 1.0e6;  // keeps the milliseconds far from overflow
+constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+using text::isDigits;
+using text::parseInt;
+using text::split;
+using text::trim;
+
+// The entrypoint and its arguments, minus a leading "--"; unknown options before the entrypoint
+// (CLI11 leaves them in front) are an error.
+Result<std::vector<std::string>> programOf(const RawOptions& raw) {
+  std::vector<std::string> program = raw.program;
+  if (!program.empty() && program.front() == "--") {
+    program.erase(program.begin());
+  } else if (!program.empty() && program.front().size() > 1 && program.front().front() == '-') {
+    const std::string& option = program.front();
+    return Status::invalidArgument("unrecognized option '" + option.substr(0, option.find('=')) +
+                                   "' (see dtrun --help)");
+  }
+  if (program.empty() || program.front().empty()) {
+    return Status::invalidArgument("missing the entrypoint (" + std::string(kUsage) + ")");
+  }
+  return program;
+}
+
+Status checkUnsupported(const Resolver& options) {
+  if (const auto handler = options.find("event_log_handler"); handler && handler->text != "null") {
+    return Status::invalidArgument(
+        handler->source + ": only 'null' is supported (torchelastic event handlers are Python " +
+        "plugins), got '" + handler->text + "'");
+  }
+  if (const auto specs = options.find("logs_specs")) {
+    return Status::invalidArgument(
+        specs->source + ": custom LogsSpecs are Python plugins and not supported, got '" +
+        specs->text + "'");
+  }
+  if (const auto numa = options.find("numa_binding")) {
+    return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
+                                   numa->text + "'");
+  }
+  for (const std::string_view dest : {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
+    if (const auto filters = options.find(dest); filters && !filters->text.empty()) {
+      return Status::invalidArgument(filters->source + ": not supported yet, got '" +
+                                     filters->text + "'");
+    }
+  }
+  return Status::ok();
+}
+
+// The store endpoint, run id and MASTER_ADDR, from the backend and its options.
+Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool standalone,
+                         LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  const auto backend = options.get("rdzv_backend", "static");
+  const auto endpoint = options.find("rdzv_endpoint");
+  const auto localAddr = options.find("local_addr");
+  const auto masterAddr = options.find("master_addr");
+  const auto masterPort = options.find("master_port");
+  if (backend.text != "static" && backend.text != "c10d") {
+    return expected(backend, "static or c10d (the backends dtrun supports)");
+  }
+  std::optional<int> port;
+  if (masterPort) {
+    auto parsed = parsePort(*masterPort);
+    if (!parsed.isOk()) {
+      return parsed.status();
+    }
+    port = parsed.value();
+  }
+  std::optional<Endpoint> parsedEndpoint;
+  if (endpoint && !trim(endpoint->text).empty() && !standalone) {
+    parsedEndpoint = parseEndpoint(endpoint->text);
+    if (!parsedEndpoint) {
+      return expected(*endpoint, "host[:port] or [ipv6]:port with a port from 0 to 65535");
+    }
+  }
+  if (localAddr && trim(localAddr->text).empty()) {
+    return expected(*localAddr, "a host name or address");
+  }
+
+  config.runId = options.get("rdzv_id", "none").text;
+  if (standalone) {
+    if (options.find("rdzv_backend") || options.find("rdzv_endpoint") || options.find("rdzv_id")) {
+      plan.warnings.emplace_back(
+          "--standalone ignores --rdzv_backend, --rdzv_endpoint and --rdzv_id");
+    }
+    plan.rdzvBackend = "c10d";
+    config.runId = host.makeRunId();
+    config.masterAddr = localAddr ? localAddr->text : "127.0.0.1";
+    config.storePort = 0;
+    plan.rdzvEndpoint = "localhost:0";
+  } else if (backend.text == "static") {
+    plan.rdzvBackend = "static";
+    if (parsedEndpoint) {
+      if (!parsedEndpoint->port) {
+        return expected(*endpoint, "host:port (the static backend needs the port)");
+      }
+      config.masterAddr = parsedEndpoint->host;
+      port = parsedEndpoint->port;
+    } else if (masterAddr) {
+      if (trim(masterAddr->text).empty()) {
+        return expected(*masterAddr, "a host name or address");
+      }
+      config.masterAddr = std::string(trim(masterAddr->text));
+    }
+    config.storePort = static_cast<std::uint16_t>(port.value_or(0));
+    plan.rdzvEndpoint = joinHostPort(config.masterAddr, config.storePort);
+  } else {
+    plan.rdzvBackend = "c10d";
+    if (masterAddr || masterPort) {
+      plan.warnings.emplace_back(
+          "--master_addr and --master_port apply to the static backend only; ignored with c10d "
+          "(use --rdzv_endpoint)");
+    }
+    const Endpoint where = parsedEndpoint.value_or(Endpoint{"localhost", std::nullopt});
+    config.storePort = static_cast<std::uint16_t>(where.port.value_or(kDefaultC10dPort));
+    config.masterAddr = localAddr ? localAddr->text : where.host;
+    plan.rdzvEndpoint = joinHostPort(where.host, config.storePort);
+  }
+  config.storeListenHost = "";
+  if (config.runId.empty()) {
+    config.runId = host.makeRunId();
+    plan.warnings.push_back("--rdzv_id is empty; using the random run id " + config.runId);
+  }
+  return Status::ok();
+}
+
+// Multi-node settings: who hosts the store, the node rank hint and the --rdzv_conf timeouts.
+Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const HostFacts& host,
+                                                LaunchPlan& plan, int nodeRank) {
+  agent::MultiNodeConfig multi;
+  agent::AgentConfig& config = plan.config;
+  multi.minNodes = plan.minNodes;
+  multi.maxNodes = plan.maxNodes;
+  const bool explicitRank = options.find("node_rank").has_value();
+  if (plan.rdzvBackend == "static") {
+    multi.nodeRank = nodeRank;
+    multi.hostsStore = nodeRank == 0;
+    multi.lastCallTimeout = std::chrono::milliseconds(0);  // every node is expected
+    if (config.storePort == 0) {
+      config.storePort = kDefaultStaticPort;
+      plan.rdzvEndpoint = joinHostPort(config.masterAddr, config.storePort);
+    }
+  } else {
+    multi.nodeRank = explicitRank ? nodeRank : -1;
+    const auto endpointHost = plan.rdzvEndpoint.substr(0, plan.rdzvEndpoint.rfind(':'));
+    const std::string bare = endpointHost.starts_with('[') && endpointHost.ends_with(']')
+                                 ? endpointHost.substr(1, endpointHost.size() - 2)
+                                 : endpointHost;
+    multi.hostsStore = host.isThisHost(bare);
+    multi.hostGuessed = true;
+    config.masterAddr = bare;  // every node reaches the store (and workers) there
+  }
+  for (const auto& [key, value] : plan.rdzvConf) {
+    std::chrono::milliseconds* target = nullptr;
+    if (key == "join_timeout" || key == "timeout") {
+      target = &multi.joinTimeout;
+    } else if (key == "last_call_timeout") {
+      target = &multi.lastCallTimeout;
+    } else if (key == "close_timeout") {
+      target = &multi.closeTimeout;
+    } else if (key == "keep_alive_interval") {
+      target = &multi.keepAliveInterval;
+    } else if (key == "read_timeout") {
+      target = &multi.readTimeout;
+    } else if (key == "keep_alive_max_attempt") {
+      const auto n = isDigits(value) ? parseInt(value) : std::nullopt;
+      if (!n || *n < 1 || *n > 1000) {
+        return Status::invalidArgument(
+            "--rdzv_conf: keep_alive_max_attempt expects a whole number from 1 to 1000, got '" +
+            value + "'");
+      }
+      multi.keepAliveMaxAttempt = static_cast<int>(*n);
+    } else if (key == "is_host") {
+      if (value != "1" && value != "0" && value != "true" && value != "false" && value != "True" &&
+          value != "False") {
+        return Status::invalidArgument("--rdzv_conf: is_host expects true or false, got '" + value +
+                                       "'");
+      }
+      multi.hostsStore = value == "1" || value == "true" || value == "True";
+      multi.hostGuessed = false;
+    } else if (key == "heartbeat_timeout" || key == "use_agent_store" || key == "token" ||
+               key == "token_file") {
+      // torchrun's per-operation heartbeat deadline and store sharing: dtrun's heartbeats are
+      // one-way messages and its agents always share their store. The token is
+      // resolveStoreToken's, for one node as for many.
+    } else {
+      plan.warnings.push_back(
+          "--rdzv_conf: unknown key '" + key +
+          "' ignored (known: " + "join_timeout, last_call_timeout, close_timeout, " +
+          "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, token, token_file)");
+    }
+    if (target != nullptr) {
+      auto duration = confSeconds(key, value);
+      if (!duration.isOk()) {
+        return duration.status();
+      }
+      *target = duration.value();
+    }
+  }
+  if (multi.keepAliveInterval.count() <= 0 || multi.readTimeout.count() <= 0) {
+    return Status::invalidArgument(
+        "--rdzv_conf: keep_alive_interval and read_timeout must be above 0 seconds");
+  }
+  return multi;
+}
+
+// Role, log directory, redirects, tee and the console filter.
+Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
+  const auto role = options.get("role", "default");
+  if (trim(role.text).empty()) {
+    return expected(role, "a non-empty role name");
+  }
+  config.role = role.text;
+  config.logDir = options.get("log_dir", "").text;
+
+  for (const auto& [dest, target] :
+       {std::pair{"redirects", &config.redirects}, std::pair{"tee", &config.tee}}) {
+    const auto setting = options.get(dest, "0");
+    auto selection = parseStreamSelection(setting.text);
+    if (!selection) {
+      return expected(setting,
+                      "0-3 (0 none, 1 stdout, 2 stderr, 3 both) or local_rank:0-3 pairs "
+                      "like 0:3,1:1");
+    }
+    *target = std::move(*selection);
+  }
+  auto filter = parseLocalRanksFilter(options.get("local_ranks_filter", ""));
+  if (!filter.isOk()) {
+    return filter.status();
+  }
+  config.localRanksFilter = std::move(filter).value();
+  return Status::ok();
+}
+
+// How a stop signal is handled: which signals, and the grace period before SIGKILL.
+Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
+  auto shutdown = options.find("shutdown_timeout");
+  if (!shutdown) {
+    if (const auto fromEnv = options.env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+      shutdown = Setting{*fromEnv, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"};
+    }
+  }
+  const Setting shutdownSetting =
+      shutdown.value_or(Setting{formatSeconds(kDefaultShutdownSeconds), "--shutdown_timeout"});
+  const auto shutdownSeconds = parseNumber(shutdownSetting.text);
+  if (!shutdownSeconds || *shutdownSeconds < 0 || *shutdownSeconds > kMaxShutdownSeconds) {
+    return expected(shutdownSetting, "a non-negative number of seconds");
+  }
+  config.shutdownTimeout = std::chrono::milliseconds(std::llround(*shutdownSeconds * 1000.0));
+
+  const auto signalsSetting = options.get("signals_to_handle", kDefaultSignals);
+  auto signals = parseSignalNames(signalsSetting.text);
+  if (!signals) {
+    return expected(signalsSetting,
+                    "comma-separated signal names like SIGTERM,SIGUSR1 (not SIGKILL or SIGSTOP)");
+  }
+  config.signalsToHandle = std::move(*signals);
+  config.signalsToHandleText = signalsSetting.text;
+  // Preemption warnings (SIGUSR1/SIGUSR2, e.g. sbatch --signal=USR1@120) go to the workers and
+  // the job goes on, unless --signals_to_handle makes them stop signals as torchrun would.
+  for (const int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(config.signalsToHandle.begin(), config.signalsToHandle.end(), sig) ==
+        config.signalsToHandle.end()) {
+      config.signalsToForward.push_back(sig);
+    }
+  }
+  return Status::ok();
+}
+
+// dtrun's own job insight: --report, --hang_timeout, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  if (const auto report = options.find("report")) {
+    if (trim(report->text).empty()) {
+      return expected(*report, "a file path for the JSON report");
+    }
+    config.reportFile = report->text;
+  }
+  const auto hangSetting = options.get("hang_timeout", "0");
+  const auto hangSeconds = parseNumber(hangSetting.text);
+  if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
+    return expected(hangSetting, "a non-negative number of seconds (0 = off)");
+  }
+  config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  auto verbose = options.flag("verbose");
+  auto dryRun = options.flag("dry_run");
+  if (!verbose.isOk() || !dryRun.isOk()) {
+    return verbose.isOk() ? dryRun.status() : verbose.status();
+  }
+  config.verbose = verbose.value();
+  plan.dryRun = dryRun.value();
+  return Status::ok();
+}
+
+// What every worker runs, as torchrun builds it (python -u [-m] <script> args, or the binary).
+std::vector<std::string> resolveCommand(const std::vector<std::string>& program,
+                                        const Resolver& options, const HostFacts& host, bool module,
+                                        bool noPython, bool runPath) {
+  const std::string python = options.env("PYTHON_EXEC").value_or("python3");
+  const std::string& entry = program.front();
+  // --run_path wins over --no_python (torchrun checks it first); -m never combines with it.
+  std::optional<std::string> direct;
+  if (!runPath && !module && noPython) {
+    direct = entry;
+  } else if (!runPath && !module && !entry.ends_with(".py")) {
+    direct = host.findExecutable(entry);  // torchrun would hand this to python; dtrun runs it
+  }
+  std::vector<std::string> command;
+  if (direct) {
+    command = {*direct};
+  } else {
+    command = {python, "-u"};
+    if (module && !runPath) {
+      command.emplace_back("-m");
+    }
+    command.push_back(entry);
+  }
+  command.insert(command.end(), program.begin() + 1, program.end());
+  return command;
+}
+
+}  // namespace
+
+Result<std::string> resolveStoreToken(
+    const std::vector<std::pair<std::string, std::string>>& rdzvConf, const HostFacts& host) {
+  std::string source;
+  std::optional<std::string> token;
+  std::optional<std::string> file;
+  for (const auto& [key, value] : rdzvConf) {
+    if (key == "token" && !token) {
+      token = value;
+      source = "--rdzv_conf token";
+    } else if (key == "token_file" && !token && !file) {
+      file = value;
+      source = "--rdzv_conf token_file";
+    }
+  }
+  if (!token && !file) {
+    if (const auto it = host.env.find("DTRUN_STORE_TOKEN"); it != host.env.end()) {
+      token = it->second;
+      source = "DTRUN_STORE_TOKEN";
+    } else if (const auto f = host.env.find("DTRUN_STORE_TOKEN_FILE"); f != host.env.end()) {
+      file = f->second;
+      source = "DTRUN_STORE_TOKEN_FILE";
+    }
+  }
+  if (!token && file) {
+    token = host.readFile(*file);
+    if (!token) {
+      return Status::invalidArgument(source + ": cannot read '" + *file +
+                                     "' (give a readable file holding the store token)");
+    }
+    while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) {
+      token->pop_back();
+    }
+  }
+  if (!token) {
+    return std::string();
+  }
+  constexpr std::size_t kMaxToken = 4096;
+  if (token->empty() || token->size() > kMaxToken ||
+      std::any_of(token->begin(), token->end(),
+                  [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; })) {
+    return Status::invalidArgument(source +
+                                   ": the store token must be 1 to 4096 characters "
+                                   "without spaces or line breaks");
+  }
+  return *token;
+}
+
+Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
+  Resolver options(raw, host);
+  LaunchPlan plan;
+  agent::AgentConfig& config = plan.config;
+
+  auto program = programOf(raw);
+  if (!program.isOk()) {
+    return program.status();
+  }
+  if (const auto level = options.find("log_level")) {
+    static const std::set<std::string_view> kLevels = {"trace", "debug",    "info", "warn",
+                                                       "error", "critical", "off"};
+    if (!kLevels.contains(level->text)) {
+      return expected(*level, "trace, debug, info, warn, error, critical or off");
+    }
+    plan.logLevel = level->text;
+  }
+
+  std::array<bool, 5> flags{};
+  constexpr std::array<std::string_view, 5> kFlagDests = {"standalone", "module", "no_python",
+                                                          "run_path", "virtual_local_rank"};
+  for (std::size_t i = 0; i < std::size(flags); ++i) {
+    auto value = options.flag(kFlagDests[i]);
+    if (!value.isOk()) {
+      return value.status();
+    }
+    flags[i] = value.value();
+  }
+  const auto [standalone, module, noPython, runPath, virtualLocalRank] = flags;
+  if (module && noPython) {
+    return Status::invalidArgument(
+        "-m/--module and --no_python cannot be used together (a module needs python)");
+  }
+  if (virtualLocalRank) {
+    return Status::invalidArgument(
+        options.find("virtual_local_rank")->source +
+        ": not supported yet (every worker sees all GPUs; pick one with LOCAL_RANK)");
+  }
+  if (auto s = checkUnsupported(options); !s.isOk()) {
+    return s;
+  }
+
+  auto allocation = detectScheduler(options, host, standalone, plan);
+  if (!allocation.isOk()) {
+    return allocation.status();
+  }
+  const std::optional<scheduler::Allocation>& job = allocation.value();
+  SchedulerUse schedulerUse;
+  if (job) {
+    if (auto s = useAllocation(*job, options, schedulerUse); !s.isOk()) {
+      return s;
+    }
+  }
+
+  const auto nnodesSetting = options.get("nnodes", "1:1");
+  auto nnodes = parseNnodes(nnodesSetting);
+  if (!nnodes.isOk()) {
+    return nnodes.status();
+  }
+  std::tie(plan.minNodes, plan.maxNodes) = nnodes.value();
+  if (job) {
+    useAllocationRanks(*job, options, schedulerUse, plan);
+    plan.scheduler = describeAllocation(*job, schedulerUse);
+  }
+  const auto nodeRankSetting = options.get("node_rank", "0");
+  auto nodeRank = parseNonNegative(nodeRankSetting);
+  if (!nodeRank.isOk()) {
+    return nodeRank.status();
+  }
+
+  auto nproc = parseNproc(options.get("nproc_per_node", "1"), host);
+  if (!nproc.isOk()) {
+    return nproc.status();
+  }
+  config.nprocPerNode = nproc.value();
+
+  if (auto s = resolveRendezvous(options, host, standalone, plan); !s.isOk()) {
+    return s;
+  }
+  if (plan.rdzvBackend == "static" && nodeRank.value() >= plan.maxNodes) {
+    return Status::invalidArgument(nodeRankSetting.source + ": must be below --nnodes (" +
+                                   std::to_string(plan.maxNodes) + "), got '" +
+                                   nodeRankSetting.text + "'");
+  }
+  auto rdzvConf = parseRdzvConf(options.get("rdzv_conf", ""));
+  if (!rdzvConf.isOk()) {
+    return rdzvConf.status();
+  }
+  plan.rdzvConf = std::move(rdzvConf).value();
+  auto token = resolveStoreToken(plan.rdzvConf, host);
+  if (!token.isOk()) {
+    return token.status();
+  }
+  config.storeToken = std::move(token).value();
+  if (plan.maxNodes > 1) {
+    if (standalone) {
+      return expected(nnodesSetting, "1 with --standalone (one node by definition)");
+    }
+    if (plan.rdzvBackend == "static" && plan.minNodes != plan.maxNodes) {
+      return expected(nnodesSetting,
+                      "a fixed node count with the static backend (use --rdzv_backend=c10d for "
+                      "MIN:MAX)");
+    }
+    auto multi = resolveMultiNode(options, host, plan, nodeRank.value());
+    if (!multi.isOk()) {
+      return multi.status();
+    }
+    config.multiNode = multi.value();
+    if (job) {
+      // The keeper orders nodes by it (after explicit ranks and the store's host), also in an
+      // elastic job that may grow beyond the allocation: its nodes then come first, in order.
+      config.multiNode->schedulerOrder = job->nodeIndex;
+    }
+  }
+
+  auto maxRestarts = parseNonNegative(options.get("max_restarts", "0"));
+  if (!maxRestarts.isOk()) {
+    return maxRestarts.status();
+  }
+  config.maxRestarts = maxRestarts.value();
+
+  const auto monitorSetting = options.get("monitor_interval", "0.1");
+  const auto monitor = parseNumber(monitorSetting.text);
+  if (!monitor || *monitor <= 0) {
+    return expected(monitorSetting, "a positive number of seconds");
+  }
+  plan.monitorInterval = *monitor;
+
+  const auto startMethod = options.get("start_method", "spawn");
+  if (startMethod.text != "spawn" && startMethod.text != "fork" &&
+      startMethod.text != "forkserver") {
+    return expected(startMethod, "spawn, fork or forkserver");
+  }
+  if (auto s = resolveOutput(options, config); !s.isOk()) {
+    return s;
+  }
+  if (auto s = resolveStopping(options, config); !s.isOk()) {
+    return s;
+  }
+  if (auto s = resolveInsight(options, plan); !s.isOk()) {
+    return s;
+  }
+
+  config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
+  config.entrypointName = program.value().front();
+  const std::string& first = config.command.front();
+  const auto executable = host.resolveProgram(first);
+  if (!executable) {
+    return Status::error(Errc::kNotFound, "cannot run " + first + ": not found in PATH");
+  }
+  config.executable = *executable;
+  // A script for the interpreter must exist: say so now, once, rather than through a Python
+  // traceback from every rank.
+  const bool interpreted = config.command.front() != config.entrypointName;
+  if (interpreted && !module && !host.fileExists(config.entrypointName)) {
+    return Status::error(Errc::kNotFound,
+                         "cannot run " + config.entrypointName + ": No such file or directory");
+  }
+
+  if (config.nprocPerNode > 1 && !options.env("OMP_NUM_THREADS")) {
+    config.defaultEnv.emplace_back("OMP_NUM_THREADS", "1");
+    plan.notices.emplace_back(
+        "*****************************************\n"
+        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+        "avoid your system being overloaded, please further tune the variable for optimal "
+        "performance in your application as needed.\n"
+        "*****************************************");
+  }
+  return plan;
+}
+}  // namespace dtrun::launcher

@@ -1,0 +1,245 @@
+#include "option_table.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <iostream>
+#include <regex>
+
+#include "dtrun/launcher.h"
+
+#include "launch_options.h"
+
+namespace dtrun::launcher {
+namespace {
+
+constexpr std::array kOptions = {
+    OptionSpec{"nnodes", "", Kind::kValue, true,
+               "Number of nodes, N or MIN:MAX (default 1:1; this dtrun runs a single node)"},
+    OptionSpec{"nproc_per_node", "", Kind::kValue, true,
+               "Workers on this node: a positive integer, gpu, cpu or auto (default 1)"},
+    OptionSpec{"rdzv_backend", "", Kind::kValue, true,
+               "Rendezvous backend: static or c10d (default static)"},
+    OptionSpec{"rdzv_endpoint", "", Kind::kValue, true,
+               "Rendezvous store host[:port] or [ipv6]:port (c10d's default port 29400)"},
+    OptionSpec{"rdzv_id", "", Kind::kValue, true,
+               "Job id, exported as TORCHELASTIC_RUN_ID (default none; --standalone: random)"},
+    OptionSpec{"rdzv_conf", "", Kind::kValue, true, "Rendezvous settings key1=value1,key2=value2"},
+    OptionSpec{"standalone", "", Kind::kFlag, true,
+               "Single-node job: c10d store on a free port, random run id"},
+    OptionSpec{"max_restarts", "", Kind::kValue, true,
+               "Worker-group restarts allowed after failures (default 0)"},
+    OptionSpec{"monitor_interval", "", Kind::kValue, true,
+               "Seconds between worker polls in torchrun (default 0.1); accepted, dtrun does not "
+               "poll"},
+    OptionSpec{"start_method", "", Kind::kValue, true,
+               "spawn, fork or forkserver (default spawn); accepted, unused by script entrypoints"},
+    OptionSpec{"event_log_handler", "", Kind::kValue, true,
+               "torchelastic event handler; only null (the default) is supported"},
+    OptionSpec{"role", "", Kind::kValue, true,
+               "Worker role, exported as ROLE_NAME (default default)"},
+    OptionSpec{"module", "-m", Kind::kFlag, true,
+               "Run the entrypoint as a Python module: python -u -m <entrypoint>"},
+    OptionSpec{"no_python", "", Kind::kFlag, true,
+               "Execute the entrypoint directly instead of through python -u"},
+    OptionSpec{"run_path", "", Kind::kFlag, true,
+               "Run the entrypoint as a Python script (python -u <entrypoint>)"},
+    OptionSpec{"log_dir", "", Kind::kValue, true,
+               "Base directory for worker logs (default: a new directory under $TMPDIR)"},
+    OptionSpec{"redirects", "-r", Kind::kValue, true,
+               "Worker streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
+               "rank, e.g. 0:3,1:1 (default 0)"},
+    OptionSpec{"tee", "-t", Kind::kValue, true,
+               "Like --redirects, and also copy to the console with a [<role><rank>]: prefix"},
+    OptionSpec{"local_ranks_filter", "", Kind::kValue, true,
+               "Comma list of local ranks whose output reaches the console (default all)"},
+    OptionSpec{"node_rank", "", Kind::kValue, true,
+               "Rank of this node (static backend; default 0)"},
+    OptionSpec{"master_addr", "", Kind::kValue, true,
+               "Address workers reach the store at (static backend; default 127.0.0.1)"},
+    OptionSpec{"master_port", "", Kind::kValue, true,
+               "Port of the store (static backend; default: a free port)"},
+    OptionSpec{"local_addr", "", Kind::kValue, true,
+               "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
+    OptionSpec{"logs_specs", "", Kind::kValue, false,
+               "Custom torchelastic LogsSpecs: not supported"},
+    OptionSpec{"numa_binding", "", Kind::kValue, false, "NUMA binding: not supported yet"},
+    OptionSpec{"signals_to_handle", "", Kind::kValue, true,
+               "Signals forwarded to the workers before dtrun exits (default "
+               "SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+    OptionSpec{"shutdown_timeout", "", Kind::kValue, true,
+               "Seconds from the forwarded signal to SIGKILL (default "
+               "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
+    OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
+               "One visible GPU per worker: not supported yet"},
+    OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
+               "Copy matching tee'd stdout lines to a file: not supported yet"},
+    OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
+               "Copy matching tee'd stderr lines to a file: not supported yet"},
+    OptionSpec{"dry_run", "", Kind::kFlag, false,
+               "Print the resolved configuration, the rank table and each worker's environment, "
+               "then exit without starting anything"},
+    OptionSpec{"report", "", Kind::kValue, false,
+               "Write the job's run report (JSON, docs/report.schema.json) to this file at exit"},
+    OptionSpec{"hang_timeout", "", Kind::kValue, false,
+               "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
+               "worker's stack and fails the round (default 0: off)"},
+    OptionSpec{"verbose", "", Kind::kFlag, false,
+               "Print each attempt's startup timeline (agent start to communicators ready)"},
+    OptionSpec{"scheduler", "", Kind::kValue, false,
+               "Batch scheduler whose allocation sets --nnodes, --node_rank, --master_addr, "
+               "--master_port and --rdzv_id when they are not given: auto, slurm, pbs or none "
+               "(default auto: SLURM_JOB_ID or PBS_JOBID)"},
+    OptionSpec{"log_level", "", Kind::kValue, false,
+               "dtrun's own logging: trace, debug, info, warn, error, critical or off (default "
+               "$DTRUN_LOG_LEVEL or info)"},
+};
+
+}  // namespace
+
+const OptionSpec* findSpec(std::string_view dest) {
+  for (const OptionSpec& spec : kOptions) {
+    if (spec.dest == dest) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
+std::string flagName(std::string_view dest) {
+  if (dest == "log_level") {
+    return "--log-level";  // dtrun's own option: dash first, as the rest of dtrun spells it
+  }
+  return "--" + std::string(dest);
+}
+
+std::string envName(std::string_view dest) {
+  std::string name = "PET_";
+  for (const char c : dest) {
+    name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
+}
+
+void addLaunchOptions(CLI::App& app, RawOptions& raw) {
+  for (const OptionSpec& spec : kOptions) {
+    std::vector<std::string> names;
+    if (!spec.shortName.empty()) {
+      names.emplace_back(spec.shortName);
+    }
+    const std::string underscored = "--" + std::string(spec.dest);
+    std::string dashed = underscored;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    // flagName() first: CLI11's own messages name an option by its first name, and dtrun's
+    // messages use torchrun's dest spelling throughout.
+    for (const std::string& name : {flagName(spec.dest), underscored, dashed}) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(name);
+      }
+    }
+    std::string joined;
+    for (const std::string& name : names) {
+      joined += (joined.empty() ? "" : ",") + name;
+    }
+    std::string help(spec.help);
+    if (spec.hasEnv) {
+      help += " [env " + envName(spec.dest) + "]";
+    }
+    const std::string dest(spec.dest);
+    if (spec.kind == Kind::kFlag) {
+      app.add_flag_callback(
+          joined, [&raw, dest] { raw.given[dest] = "1"; }, help);
+    } else {
+      app.add_option_function<std::string>(
+             joined, [&raw, dest](const std::string& value) { raw.given[dest] = value; }, help)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: the last one wins
+    }
+  }
+  app.prefix_command();
+  // Subcommands registered earlier copied prefix_command(false) from the app; keep it so.
+  for (CLI::App* sub : app.get_subcommands({})) {
+    sub->prefix_command(false);
+  }
+  app.footer(std::string(kUsage) +
+             "\n  The entrypoint is a Python script (run as python -u <script>), a module (-m) or a"
+             "\n  program (--no_python, or any executable file); its arguments pass through, and"
+             "\n  ${local_rank} in them becomes each worker's local rank."
+             "\n  dtrun store [options]: serve a rendezvous store alone (dtrun store --help).");
+}
+
+std::vector<std::string> argumentsForParse(int argc, const char* const* argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    args.emplace_back(argv[i]);
+  }
+  // Walks dtrun's own options only: the first word that is not one (the entrypoint, "store")
+  // or "--" ends them, and what follows is left exactly as given.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') {
+      break;
+    }
+    if (arg == "-r" || arg == "-t") {
+      ++i;  // its value is the next word
+      continue;
+    }
+    if (!arg.starts_with("--")) {
+      continue;  // -m, -h, or a short option with its value attached ("-r3")
+    }
+    const auto equals = arg.find('=');
+    const std::string name = arg.substr(0, equals);
+    const auto spec = std::find_if(kOptions.begin(), kOptions.end(), [&name](const auto& s) {
+      std::string dashed = "--" + std::string(s.dest);
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      return name == "--" + std::string(s.dest) || name == dashed;
+    });
+    if (spec == kOptions.end() || spec->kind != Kind::kValue) {
+      continue;
+    }
+    if (equals == std::string::npos) {
+      ++i;  // its value is the next word
+    } else if (equals + 1 == arg.size()) {
+      args[i] = name;  // "--rdzv_id=": an empty value, as argparse reads it
+      args.insert(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::string());
+      ++i;
+    }
+  }
+  std::reverse(args.begin(), args.end());
+  return args;
+}
+
+std::string parseErrorLine(const CLI::ParseError& error) {
+  std::string line;
+  bool space = false;
+  for (const char c : std::string_view(error.what())) {
+    if (c == '\n' || c == '\r' || c == '\t' || c == ' ') {
+      space = !line.empty();
+      continue;
+    }
+    if (space) {
+      line += ' ';
+      space = false;
+    }
+    line += c;
+  }
+  // CLI11's "--role: 1 required TEXT missing" says the value after the flag is missing.
+  static const std::regex kMissingValue(R"(^(\S+): \d+ required \S+ missing$)");
+  if (std::smatch match; std::regex_match(line, match, kMissingValue)) {
+    return match[1].str() + ": expected a value";
+  }
+  // "Could not convert: --module = x": a flag given a value, or a value of the wrong type.
+  static const std::regex kBadValue(R"(^Could not convert: (\S+) = (.*)$)");
+  if (std::smatch match; std::regex_match(line, match, kBadValue)) {
+    return match[1].str() + ": invalid value '" + match[2].str() + "'";
+  }
+  return line.empty() ? error.get_name() : line;
+}
+
+int reportParseError(const CLI::App& app, const CLI::ParseError& error) {
+  if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+    return app.exit(error);  // --help: the help text on stdout, exit 0
+  }
+  std::cerr << "dtrun: " << parseErrorLine(error) << "\n";
+  return kUsageError;
+}
+}  // namespace dtrun::launcher

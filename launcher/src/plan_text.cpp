@@ -1,0 +1,131 @@
+// The plan as text: torchrun's launch banner and what --dry-run prints.
+#include <csignal>
+#include <iomanip>
+#include <sstream>
+
+#include "launch_options.h"
+#include "value_parsers.h"
+
+namespace dtrun::launcher {
+namespace {
+
+std::string streamsText(const agent::StreamSelection& selection) {
+  if (selection.perRank.empty()) {
+    return std::to_string(static_cast<int>(selection.all));
+  }
+  std::string text;
+  for (const auto& [rank, streams] : selection.perRank) {
+    text += (text.empty() ? "" : ",") + std::to_string(rank) + ":" +
+            std::to_string(static_cast<int>(streams));
+  }
+  return text;
+}
+
+std::string quoteCommand(const std::vector<std::string>& command) {
+  std::string text;
+  for (const std::string& word : command) {
+    const bool plain = !word.empty() && word.find_first_of(" \t\n'\"\\$") == std::string::npos;
+    text += (text.empty() ? "" : " ") + (plain ? word : "'" + word + "'");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string launchBanner(const LaunchPlan& plan) {
+  const agent::AgentConfig& config = plan.config;
+  std::string conf;
+  for (const auto& [key, value] : plan.rdzvConf) {
+    conf.append(conf.empty() ? "" : ", ").append(key).append(": ").append(value);
+  }
+  std::string text = "Starting dtrun with launch configs:";
+  const auto row = [&text](std::string_view name, const std::string& value) {
+    text += "\n  ";
+    text += name;
+    text.append(20 - std::min<std::size_t>(name.size(), 19), ' ');
+    text += ": " + value;
+  };
+  row("entrypoint", config.entrypointName);
+  row("command", quoteCommand(config.command));
+  row("min_nodes", std::to_string(plan.minNodes));
+  row("max_nodes", std::to_string(plan.maxNodes));
+  row("nproc_per_node", std::to_string(config.nprocPerNode));
+  row("run_id", config.runId);
+  row("rdzv_backend", plan.rdzvBackend);
+  row("rdzv_endpoint", plan.rdzvEndpoint + (config.storePort == 0 ? " (a free port)" : ""));
+  row("rdzv_configs", "{" + conf + "}");
+  row("master_addr", config.masterAddr);
+  row("scheduler", plan.scheduler);
+  row("max_restarts", std::to_string(config.maxRestarts));
+  row("monitor_interval", formatSeconds(plan.monitorInterval) + " (unused: dtrun does not poll)");
+  row("role", config.role);
+  row("log_dir", config.logDir.empty() ? "(a new directory under $TMPDIR)" : config.logDir);
+  row("redirects", streamsText(config.redirects));
+  row("tee", streamsText(config.tee));
+  row("signals_to_handle", config.signalsToHandleText);
+  std::string forwarded;
+  for (const int sig : config.signalsToForward) {
+    forwarded +=
+        (forwarded.empty() ? "" : ",") + std::string(sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+  }
+  row("signals_forwarded", forwarded.empty() ? "(none)" : forwarded + " (the job keeps running)");
+  row("shutdown_timeout",
+      formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
+  row("hang_timeout",
+      config.hangTimeout.count() == 0
+          ? std::string("0 (off)")
+          : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) + " s");
+  row("report", config.reportFile.empty() ? "(none)" : config.reportFile);
+  return text;
+}
+
+std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& inherited) {
+  const agent::AgentConfig& config = plan.config;
+  const auto& multi = config.multiNode;
+  // Node ranks of a c10d job are assigned at rendezvous; the table shows the node this agent
+  // asks to be (its --node_rank, else 0) in a job of max_nodes nodes with equal nproc_per_node.
+  const int nodeCount = plan.maxNodes;
+  const int nodeRank = multi && multi->nodeRank >= 0 ? multi->nodeRank : 0;
+  const bool assignedLater = multi && (plan.rdzvBackend == "c10d" || multi->nodeRank < 0);
+  const std::string logBase =
+      (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
+      config.runId + "/attempt_0";
+  std::ostringstream out;
+  out << "dtrun --dry-run: nothing is started.\n" << launchBanner(plan) << "\n";
+  if (multi) {
+    out << "  " << std::left << std::setw(20) << "node_rank"
+        << ": " << nodeRank
+        << (assignedLater ? " (assigned at rendezvous; shown as if this node got it)" : "") << "\n"
+        << "  " << std::setw(20) << "hosts_store"
+        << ": " << (multi->hostsStore ? "yes" : "no") << "\n";
+  }
+  out << "\nRank table (node " << nodeRank << " of " << nodeCount << ", world size "
+      << nodeCount * config.nprocPerNode << "):\n"
+      << "  rank  local_rank  node_rank  log_dir\n";
+  const int offset = nodeRank * config.nprocPerNode;
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
+        << std::setw(11) << nodeRank << logBase << "/" << local << "\n";
+  }
+  std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
+  for (int local = 0; local < config.nprocPerNode; ++local) {
+    out << "\nWorker " << offset + local << " (local rank " << local
+        << "): " << quoteCommand(config.command) << "\n"
+        << "  environment set by dtrun (the rest is inherited):\n";
+    for (std::string entry :
+         agent::plannedWorkerEnvironment(config, inherited, nodeRank, nodeCount, local,
+                                         logBase + "/" + std::to_string(local))) {
+      if (inheritedEntries.count(entry) != 0) {
+        continue;
+      }
+      const bool portEntry = entry == "MASTER_PORT=0" ||
+                             (entry.starts_with("DTRUN_STORE_ADDR=") && entry.ends_with(":0"));
+      if (config.storePort == 0 && portEntry) {  // the store picks its port when it starts
+        entry.replace(entry.size() - 1, 1, "<free port>");
+      }
+      out << "    " << entry << "\n";
+    }
+  }
+  return out.str();
+}
+}  // namespace dtrun::launcher
