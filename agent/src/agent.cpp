@@ -164,9 +164,8 @@ class Agent {
         }
       }
     }
-    hangWatch_ = std::make_unique<detail::HangWatch>(io_, config_, host_,
-                                                     envValue(inheritedEnv_, "PATH"),
-                                                     std::move(exchange));
+    hangWatch_ = std::make_unique<detail::HangWatch>(
+        io_, config_, host_, envValue(inheritedEnv_, "PATH"), std::move(exchange));
     DTRUN_ASSIGN_OR_RETURN(runDir_,
                            detail::createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
     return Status::ok();
@@ -522,7 +521,8 @@ class Agent {
     if (d.reportFailure) {
       for (auto& failure : failures_) {
         if (!hangThisAttempt_) {
-          describeFromFiles(failure, group_.workers()[static_cast<std::size_t>(failure.localRank)].dir);
+          describeFromFiles(failure,
+                            group_.workers()[static_cast<std::size_t>(failure.localRank)].dir);
         }
       }
       std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);

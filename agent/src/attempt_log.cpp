@@ -53,7 +53,8 @@ std::optional<Clock::time_point> clockOf(std::int64_t ns) {
   if (ns == 0) {
     return std::nullopt;
   }
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "child_process.h"
 
 #include <array>
-#include <mutex>
-#include <unordered_set>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <system_error>
+#include <unordered_set>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -210,9 +210,7 @@ Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
   if (!child.isOk()) {
     return child;
   }
-  if (auto s = child.value().confirmExec(); !s.isOk()) {
-    return s;
-  }
+  DTRUN_TRY(child.value().confirmExec());
   return child;
 }
 

@@ -33,7 +33,8 @@ struct DumpTarget {
 };
 
 void sortByRank(std::vector<RankProgress>& ranks) {
-  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::sort(ranks.begin(), ranks.end(),
+            [](const auto& a, const auto& b) { return a.rank < b.rank; });
 }
 
 // The dump itself, on the dump thread: no member of the watch or the group is touched.
@@ -57,8 +58,7 @@ HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& a
     const fs::path stackFile = t.dir / "stack.txt";
     static_cast<void>(writeFileAtomically(stackFile.string(), stack));
     hangText += "\n==== rank " + std::to_string(t.rank) + " (local rank " +
-                std::to_string(t.localRank) + ", pid " + std::to_string(t.pid) + ") ====\n" +
-                stack;
+                std::to_string(t.localRank) + ", pid " + std::to_string(t.pid) + ") ====\n" + stack;
     for (auto& rank : diagnosis.ranks) {
       if (rank.rank == t.rank) {
         rank.stackFile = stackFile.string();
@@ -150,11 +150,10 @@ void HangWatch::check() {
     if (!quiet) {
       remoteProgress_.clear();  // stale the moment this node's ranks move again
     }
-    exchange_->exchange(static_cast<std::int64_t>(assignment->round), assignment->nodeRank,
-                        assignment->nodeCount, ranks, quiet,
-                        [this](std::vector<RankProgress> remote) {
-                          remoteProgress_ = std::move(remote);
-                        });
+    exchange_->exchange(
+        static_cast<std::int64_t>(assignment->round), assignment->nodeRank, assignment->nodeCount,
+        ranks, quiet,
+        [this](std::vector<RankProgress> remote) { remoteProgress_ = std::move(remote); });
     const int first = assignment->rankOffset;
     const int last = first + config_.nprocPerNode;
     for (const auto& remote : remoteProgress_) {
@@ -209,8 +208,8 @@ HangDiagnosis HangWatch::peerDiagnosis(const rdzv::RoundEnd& end, const WorkerGr
   return diagnosis;
 }
 
-void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir,
-                     HangDiagnosis diagnosis, std::function<void(HangRecord)> done) {
+void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir, HangDiagnosis diagnosis,
+                     std::function<void(HangRecord)> done) {
   log::agent().warn("dumping the stacks of every worker into {}", attemptDir.string());
   std::vector<DumpTarget> targets;
   // Python workers first: faulthandler writes from the signal handler while eu-stack works.
@@ -234,8 +233,8 @@ void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir,
   cancelDump_ = false;
   dumpThread_ = std::thread([this, targets = std::move(targets), attemptDir,
                              diagnosis = std::move(diagnosis), done = std::move(done)]() mutable {
-    HangRecord hang = dumpTargets(targets, attemptDir, std::move(diagnosis), pathVariable_,
-                                  cancelDump_);
+    HangRecord hang =
+        dumpTargets(targets, attemptDir, std::move(diagnosis), pathVariable_, cancelDump_);
     asio::post(io_, [this, hang = std::move(hang), done = std::move(done)]() mutable {
       dumping_ = false;
       std::cerr << "dtrun: hang: " << hang.summary << "\ndtrun: stacks of this node's workers in "

@@ -71,7 +71,7 @@ class HangWatch {
   const std::string pathVariable_;
   std::unique_ptr<ProgressExchange> exchange_;
   boost::asio::steady_timer timer_;
-  const WorkerGroup* group_ = nullptr;                // the attempt being watched
+  const WorkerGroup* group_ = nullptr;  // the attempt being watched
   const std::optional<rdzv::Assignment>* assignment_ = nullptr;
   std::function<void(HangDiagnosis)> onHang_;
   std::vector<RankProgress> remoteProgress_;  // the other nodes' latest ranks

@@ -55,8 +55,7 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   auto member = rdzv::RoundMember::connect(link.client, config.runId, settings, self);
   if (!member.isOk()) {
     return Status::connection("cannot reach the rendezvous store at " + config.masterAddr + ":" +
-                              std::to_string(link.client.port) + ": " +
-                              member.status().message());
+                              std::to_string(link.client.port) + ": " + member.status().message());
   }
   link.member = std::move(member).value();
   return link;

@@ -55,12 +55,9 @@ std::vector<RankProgress> decodeProgress(const std::string& text, std::int64_t n
 
 Result<std::unique_ptr<ProgressExchange>> ProgressExchange::connect(
     boost::asio::io_context& io, const rdzv::ClientOptions& options, std::string jobId) {
-  auto store = rdzv::connectStore(options);
-  if (!store.isOk()) {
-    return store.status();
-  }
+  DTRUN_ASSIGN_OR_RETURN(auto store, rdzv::connectStore(options));
   return std::unique_ptr<ProgressExchange>(
-      new ProgressExchange(io, std::move(store).value(), std::move(jobId)));
+      new ProgressExchange(io, std::move(store), std::move(jobId)));
 }
 
 ProgressExchange::ProgressExchange(boost::asio::io_context& io, std::unique_ptr<rdzv::Store> store,

@@ -158,9 +158,8 @@ void WorkerGroup::watchExit(std::size_t index) {
                           });
 }
 
-std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe,
-                                                  UniqueFd logFile, Streams stream,
-                                                  int consoleFd) {
+std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe, UniqueFd logFile,
+                                                  Streams stream, int consoleFd) {
   const auto has = [stream](Streams s) {
     return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
   };
@@ -174,9 +173,9 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
     mode = ConsoleMode::kRaw;
   }
   // Every stream lands in the rank's log file, redirected or not.
-  auto pump = std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode,
-                                           consoleFd,
-                                           "[" + config_.role + std::to_string(w.localRank) + "]:");
+  auto pump =
+      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode, consoleFd,
+                                   "[" + config_.role + std::to_string(w.localRank) + "]:");
   pump->start();
   return pump;
 }
@@ -213,8 +212,8 @@ bool WorkerGroup::anyStartedWorkerFailed() const {
   return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
     siginfo_t info{};
     return w.child &&
-           ::waitid(P_PID, static_cast<id_t>(w.child->pid()), &info,
-                    WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           ::waitid(P_PID, static_cast<id_t>(w.child->pid()), &info, WEXITED | WNOHANG | WNOWAIT) ==
+               0 &&
            info.si_pid != 0 && !(info.si_code == CLD_EXITED && info.si_status == 0);
   });
 }

@@ -19,7 +19,7 @@
 namespace dtrun::agent::detail {
 namespace {
 
-int guardianPipe = -1;    // the write end, close-on-exec; -1 without a guardian
+int guardianPipe = -1;   // the write end, close-on-exec; -1 without a guardian
 pid_t guardianPid = -1;  // -1 without a guardian
 
 bool readRecord(int fd, std::int32_t& value) {

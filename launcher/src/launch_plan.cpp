@@ -81,11 +81,8 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
   }
   std::optional<int> port;
   if (masterPort) {
-    auto parsed = parsePort(*masterPort);
-    if (!parsed.isOk()) {
-      return parsed.status();
-    }
-    port = parsed.value();
+    DTRUN_ASSIGN_OR_RETURN(auto parsed, parsePort(*masterPort));
+    port = parsed;
   }
   std::optional<Endpoint> parsedEndpoint;
   if (endpoint && !trim(endpoint->text).empty() && !standalone) {
@@ -211,11 +208,8 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
           "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, token, token_file)");
     }
     if (target != nullptr) {
-      auto duration = confSeconds(key, value);
-      if (!duration.isOk()) {
-        return duration.status();
-      }
-      *target = duration.value();
+      DTRUN_ASSIGN_OR_RETURN(auto duration, confSeconds(key, value));
+      *target = duration;
     }
   }
   if (multi.keepAliveInterval.count() <= 0 || multi.readTimeout.count() <= 0) {
@@ -245,11 +239,8 @@ Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
     }
     *target = std::move(*selection);
   }
-  auto filter = parseLocalRanksFilter(options.get("local_ranks_filter", ""));
-  if (!filter.isOk()) {
-    return filter.status();
-  }
-  config.localRanksFilter = std::move(filter).value();
+  DTRUN_ASSIGN_OR_RETURN(auto filter, parseLocalRanksFilter(options.get("local_ranks_filter", "")));
+  config.localRanksFilter = std::move(filter);
   return Status::ok();
 }
 
@@ -394,10 +385,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   LaunchPlan plan;
   agent::AgentConfig& config = plan.config;
 
-  auto program = programOf(raw);
-  if (!program.isOk()) {
-    return program.status();
-  }
+  DTRUN_ASSIGN_OR_RETURN(auto program, programOf(raw));
   if (const auto level = options.find("log_level")) {
     static const std::set<std::string_view> kLevels = {"trace", "debug",    "info", "warn",
                                                        "error", "critical", "off"};
@@ -411,11 +399,8 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   constexpr std::array<std::string_view, 5> kFlagDests = {"standalone", "module", "no_python",
                                                           "run_path", "virtual_local_rank"};
   for (std::size_t i = 0; i < std::size(flags); ++i) {
-    auto value = options.flag(kFlagDests[i]);
-    if (!value.isOk()) {
-      return value.status();
-    }
-    flags[i] = value.value();
+    DTRUN_ASSIGN_OR_RETURN(auto value, options.flag(kFlagDests[i]));
+    flags[i] = value;
   }
   const auto [standalone, module, noPython, runPath, virtualLocalRank] = flags;
   if (module && noPython) {
@@ -427,62 +412,38 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
         options.find("virtual_local_rank")->source +
         ": not supported yet (every worker sees all GPUs; pick one with LOCAL_RANK)");
   }
-  if (auto s = checkUnsupported(options); !s.isOk()) {
-    return s;
-  }
+  DTRUN_TRY(checkUnsupported(options));
 
-  auto allocation = detectScheduler(options, host, standalone, plan);
-  if (!allocation.isOk()) {
-    return allocation.status();
-  }
-  const std::optional<scheduler::Allocation>& job = allocation.value();
+  DTRUN_ASSIGN_OR_RETURN(auto allocation, detectScheduler(options, host, standalone, plan));
+  const std::optional<scheduler::Allocation>& job = allocation;
   SchedulerUse schedulerUse;
   if (job) {
-    if (auto s = useAllocation(*job, options, schedulerUse); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(useAllocation(*job, options, schedulerUse));
   }
 
   const auto nnodesSetting = options.get("nnodes", "1:1");
-  auto nnodes = parseNnodes(nnodesSetting);
-  if (!nnodes.isOk()) {
-    return nnodes.status();
-  }
-  std::tie(plan.minNodes, plan.maxNodes) = nnodes.value();
+  DTRUN_ASSIGN_OR_RETURN(auto nnodes, parseNnodes(nnodesSetting));
+  std::tie(plan.minNodes, plan.maxNodes) = nnodes;
   if (job) {
     useAllocationRanks(*job, options, schedulerUse, plan);
     plan.scheduler = describeAllocation(*job, schedulerUse);
   }
   const auto nodeRankSetting = options.get("node_rank", "0");
-  auto nodeRank = parseNonNegative(nodeRankSetting);
-  if (!nodeRank.isOk()) {
-    return nodeRank.status();
-  }
+  DTRUN_ASSIGN_OR_RETURN(auto nodeRank, parseNonNegative(nodeRankSetting));
 
-  auto nproc = parseNproc(options.get("nproc_per_node", "1"), host);
-  if (!nproc.isOk()) {
-    return nproc.status();
-  }
-  config.nprocPerNode = nproc.value();
+  DTRUN_ASSIGN_OR_RETURN(auto nproc, parseNproc(options.get("nproc_per_node", "1"), host));
+  config.nprocPerNode = nproc;
 
-  if (auto s = resolveRendezvous(options, host, standalone, plan); !s.isOk()) {
-    return s;
-  }
-  if (plan.rdzvBackend == "static" && nodeRank.value() >= plan.maxNodes) {
+  DTRUN_TRY(resolveRendezvous(options, host, standalone, plan));
+  if (plan.rdzvBackend == "static" && nodeRank >= plan.maxNodes) {
     return Status::invalidArgument(nodeRankSetting.source + ": must be below --nnodes (" +
                                    std::to_string(plan.maxNodes) + "), got '" +
                                    nodeRankSetting.text + "'");
   }
-  auto rdzvConf = parseRdzvConf(options.get("rdzv_conf", ""));
-  if (!rdzvConf.isOk()) {
-    return rdzvConf.status();
-  }
-  plan.rdzvConf = std::move(rdzvConf).value();
-  auto token = resolveStoreToken(plan.rdzvConf, host);
-  if (!token.isOk()) {
-    return token.status();
-  }
-  config.storeToken = std::move(token).value();
+  DTRUN_ASSIGN_OR_RETURN(auto rdzvConf, parseRdzvConf(options.get("rdzv_conf", "")));
+  plan.rdzvConf = std::move(rdzvConf);
+  DTRUN_ASSIGN_OR_RETURN(auto token, resolveStoreToken(plan.rdzvConf, host));
+  config.storeToken = std::move(token);
   if (plan.maxNodes > 1) {
     if (standalone) {
       return expected(nnodesSetting, "1 with --standalone (one node by definition)");
@@ -492,11 +453,8 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
                       "a fixed node count with the static backend (use --rdzv_backend=c10d for "
                       "MIN:MAX)");
     }
-    auto multi = resolveMultiNode(options, host, plan, nodeRank.value());
-    if (!multi.isOk()) {
-      return multi.status();
-    }
-    config.multiNode = multi.value();
+    DTRUN_ASSIGN_OR_RETURN(auto multi, resolveMultiNode(options, host, plan, nodeRank));
+    config.multiNode = multi;
     if (job) {
       // The keeper orders nodes by it (after explicit ranks and the store's host), also in an
       // elastic job that may grow beyond the allocation: its nodes then come first, in order.
@@ -504,11 +462,8 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     }
   }
 
-  auto maxRestarts = parseNonNegative(options.get("max_restarts", "0"));
-  if (!maxRestarts.isOk()) {
-    return maxRestarts.status();
-  }
-  config.maxRestarts = maxRestarts.value();
+  DTRUN_ASSIGN_OR_RETURN(auto maxRestarts, parseNonNegative(options.get("max_restarts", "0")));
+  config.maxRestarts = maxRestarts;
 
   const auto monitorSetting = options.get("monitor_interval", "0.1");
   const auto monitor = parseNumber(monitorSetting.text);
@@ -522,18 +477,12 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
       startMethod.text != "forkserver") {
     return expected(startMethod, "spawn, fork or forkserver");
   }
-  if (auto s = resolveOutput(options, config); !s.isOk()) {
-    return s;
-  }
-  if (auto s = resolveStopping(options, config); !s.isOk()) {
-    return s;
-  }
-  if (auto s = resolveInsight(options, plan); !s.isOk()) {
-    return s;
-  }
+  DTRUN_TRY(resolveOutput(options, config));
+  DTRUN_TRY(resolveStopping(options, config));
+  DTRUN_TRY(resolveInsight(options, plan));
 
-  config.command = resolveCommand(program.value(), options, host, module, noPython, runPath);
-  config.entrypointName = program.value().front();
+  config.command = resolveCommand(program, options, host, module, noPython, runPath);
+  config.entrypointName = program.front();
   const std::string& first = config.command.front();
   const auto executable = host.resolveProgram(first);
   if (!executable) {

@@ -32,8 +32,8 @@ struct SchedulerUse {
 
 // The allocation --scheduler names (auto: SLURM_JOB_ID or PBS_JOBID); nullopt when none applies.
 Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& options,
-                                                             const HostFacts& host,
-                                                             bool standalone, LaunchPlan& plan);
+                                                             const HostFacts& host, bool standalone,
+                                                             LaunchPlan& plan);
 // Supplies rdzv_id and nnodes from the allocation (before they are parsed).
 Status useAllocation(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use);
 // For a static launch over exactly the allocation's nodes: node_rank, master_addr, master_port.

@@ -517,11 +517,8 @@ class ThreadedKeeperService final : public KeeperService {
   }
 
   Status start() {
-    auto store = connect();
-    if (!store.isOk()) {
-      return store.status();
-    }
-    listener_ = std::thread([this, s = std::move(store).value()]() mutable { listen(*s); });
+    DTRUN_ASSIGN_OR_RETURN(auto store, connect());
+    listener_ = std::thread([this, s = std::move(store)]() mutable { listen(*s); });
     return Status::ok();
   }
 
@@ -578,9 +575,7 @@ class ThreadedKeeperService final : public KeeperService {
 Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort,
                                                             const std::string& token) {
   auto service = std::make_unique<ThreadedKeeperService>(storePort, token);
-  if (auto s = service->start(); !s.isOk()) {
-    return s;
-  }
+  DTRUN_TRY(service->start());
   return std::unique_ptr<KeeperService>(std::move(service));
 }
 

@@ -43,14 +43,11 @@ class StoreRoundMember final : public RoundMember {
   // the one that published them.
   Status requestKeeper() {
     const std::string mine = detail::encodeSettings(settings_);
-    auto held = waiter_->compareSet(keys_.keeper(), "", mine);
-    if (!held.isOk()) {
-      return held.status();
-    }
-    if (held.value() == mine) {
+    DTRUN_ASSIGN_OR_RETURN(auto held, waiter_->compareSet(keys_.keeper(), "", mine));
+    if (held == mine) {
       return waiter_->queuePush(detail::kKeeperRequests, jobId_);
     }
-    if (const auto theirs = detail::decodeSettings(held.value());
+    if (const auto theirs = detail::decodeSettings(held);
         theirs &&
         (theirs->minNodes != settings_.minNodes || theirs->maxNodes != settings_.maxNodes)) {
       log::rdzv().warn("job '{}' runs with --nnodes={}:{} (set by its first agent), not {}:{}",
@@ -64,47 +61,34 @@ class StoreRoundMember final : public RoundMember {
                            const std::function<void(const std::string&)>& progress) override {
     const auto deadline = Clock::now() + settings_.joinTimeout;
     // The keeper publishes the round key once, before anyone joins: usually one read is enough.
-    auto present = waiter_->tryGet(keys_.round());
-    if (!present.isOk()) {
-      return present.status();
-    }
-    auto roundText = present.value() ? Result<Bytes>(std::move(*present.value()))
-                                     : waitAndGet(keys_.round(), deadline, cancel, progress, -1);
-    if (!roundText.isOk()) {
-      return roundText.status();
-    }
+    DTRUN_ASSIGN_OR_RETURN(auto present, waiter_->tryGet(keys_.round()));
+    DTRUN_ASSIGN_OR_RETURN(auto roundText,
+                           present ? Result<Bytes>(std::move(*present))
+                                   : waitAndGet(keys_.round(), deadline, cancel, progress, -1));
     // Not below the round after the last one this node saw end: the keeper may not have
     // opened it yet (it takes the early join when it does).
     int published = 0;
-    const auto& text = roundText.value();
+    const auto& text = roundText;
     if (std::from_chars(text.data(), text.data() + text.size(), published).ec != std::errc()) {
       return Status::protocol("job '" + jobId_ + "': the store's round key holds '" +
                               text.substr(0, 40) + "', not a number");
     }
     int r = std::max(published, nextRound());
     for (;;) {
-      auto slot = waiter_->add(keys_.arrivals(r), 1);
-      if (!slot.isOk()) {
-        return slot.status();
-      }
-      const int mySlot = static_cast<int>(slot.value() - 1);
-      if (auto s = waiter_->queuePush(keys_.inbox(), message("join", r, mySlot, record_));
-          !s.isOk()) {
-        return s;
-      }
+      DTRUN_ASSIGN_OR_RETURN(auto slot, waiter_->add(keys_.arrivals(r), 1));
+      const int mySlot = static_cast<int>(slot - 1);
+      DTRUN_TRY(waiter_->queuePush(keys_.inbox(), message("join", r, mySlot, record_)));
       {
         const std::lock_guard lock(stateMutex_);
         round_ = r;
         slot_ = mySlot;
       }
-      auto assigned = waitAndGet(keys_.assign(r, mySlot), deadline, cancel, progress, r);
-      if (!assigned.isOk()) {
-        return assigned.status();
-      }
-      const auto value = detail::decodeAssign(assigned.value());
+      DTRUN_ASSIGN_OR_RETURN(auto assigned,
+                             waitAndGet(keys_.assign(r, mySlot), deadline, cancel, progress, r));
+      const auto value = detail::decodeAssign(assigned);
       if (!value) {
         return Status::protocol("rendezvous of job '" + jobId_ + "': malformed assignment '" +
-                                assigned.value().substr(0, 80) + "'");
+                                assigned.substr(0, 80) + "'");
       }
       if (value->kind == AssignValue::Kind::kMember) {
         return JoinOutcome{false, value->assignment, {}};
@@ -115,12 +99,9 @@ class StoreRoundMember final : public RoundMember {
       // A spare, or a late arrival the keeper moves into the next round: wait for this one to
       // end (spares wait as long as the job runs), then join the next.
       log::rdzv().info("job '{}' round {} is full: waiting as a spare", jobId_, r);
-      auto end = waitEnd(cancel);
-      if (!end.isOk()) {
-        return end.status();
-      }
-      if (end.value().kind == RoundEnd::Kind::kSuccess) {
-        return JoinOutcome{true, {}, end.value()};  // the job succeeded without this spare
+      DTRUN_ASSIGN_OR_RETURN(auto end, waitEnd(cancel));
+      if (end.kind == RoundEnd::Kind::kSuccess) {
+        return JoinOutcome{true, {}, end};  // the job succeeded without this spare
       }
       r += 1;
     }
@@ -141,11 +122,8 @@ class StoreRoundMember final : public RoundMember {
       if (!s.isOk()) {
         return s;
       }
-      auto text = waiter_->get(keys_.end(r));
-      if (!text.isOk()) {
-        return text.status();
-      }
-      if (auto end = detail::decodeEnd(text.value())) {
+      DTRUN_ASSIGN_OR_RETURN(auto text, waiter_->get(keys_.end(r)));
+      if (auto end = detail::decodeEnd(text)) {
         sawEnd(r);
         return *end;
       }
@@ -157,18 +135,13 @@ class StoreRoundMember final : public RoundMember {
   Result<RoundEnd> endRound(const RoundEnd& end) override {
     const std::lock_guard lock(notifyMutex_);
     const int r = currentRound();
-    auto held = notifier_->compareSet(keys_.end(r), "", detail::encodeEnd(end));
-    if (!held.isOk()) {
-      return held.status();
-    }
+    DTRUN_ASSIGN_OR_RETURN(auto held,
+                           notifier_->compareSet(keys_.end(r), "", detail::encodeEnd(end)));
     sawEnd(r);
     if (end.kind == RoundEnd::Kind::kFailure) {
-      if (auto s = notifier_->queuePush(keys_.inbox(), message("fail", r, currentSlot()));
-          !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(notifier_->queuePush(keys_.inbox(), message("fail", r, currentSlot())));
     }
-    return detail::decodeEnd(held.value()).value_or(end);
+    return detail::decodeEnd(held).value_or(end);
   }
 
   Status heartbeat() override { return notify("hb"); }
@@ -247,12 +220,9 @@ class StoreRoundMember final : public RoundMember {
       const auto slice = std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
       const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
       if (s.isOk()) {
-        auto value = waiter_->tryGet(key);
-        if (!value.isOk()) {
-          return value.status();
-        }
-        if (value.value()) {
-          return std::move(*value.value());
+        DTRUN_ASSIGN_OR_RETURN(auto value, waiter_->tryGet(key));
+        if (value) {
+          return std::move(*value);
         }
         continue;  // deleted between the wait and the read: wait again
       }
@@ -289,19 +259,11 @@ Result<std::unique_ptr<RoundMember>> RoundMember::connect(const ClientOptions& s
                                                           const std::string& jobId,
                                                           const RoundSettings& settings,
                                                           NodeRecord self) {
-  auto waiter = connectStore(store);
-  if (!waiter.isOk()) {
-    return waiter.status();
-  }
-  auto notifier = connectStore(store);
-  if (!notifier.isOk()) {
-    return notifier.status();
-  }
-  auto member = std::make_unique<StoreRoundMember>(
-      std::move(waiter).value(), std::move(notifier).value(), jobId, settings, std::move(self));
-  if (auto s = member->requestKeeper(); !s.isOk()) {
-    return s;
-  }
+  DTRUN_ASSIGN_OR_RETURN(auto waiter, connectStore(store));
+  DTRUN_ASSIGN_OR_RETURN(auto notifier, connectStore(store));
+  auto member = std::make_unique<StoreRoundMember>(std::move(waiter), std::move(notifier), jobId,
+                                                   settings, std::move(self));
+  DTRUN_TRY(member->requestKeeper());
   return std::unique_ptr<RoundMember>(std::move(member));
 }
 

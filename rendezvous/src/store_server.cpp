@@ -214,9 +214,7 @@ class AsioStoreServer final : public StoreServer {
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerOptions& options) {
   auto server = std::make_unique<AsioStoreServer>(options);
-  if (auto status = server->listen(options); !status.isOk()) {
-    return status;
-  }
+  DTRUN_TRY(server->listen(options));
   server->run();
   return std::unique_ptr<StoreServer>(std::move(server));
 }

@@ -60,9 +60,7 @@ class TcpStore final : public Store {
 
   Result<Bytes> get(std::string_view key) override {
     const std::string keyString(key);
-    if (auto s = wait(std::span(&keyString, 1), options_.timeout); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(wait(std::span(&keyString, 1), options_.timeout));
     Request r{.op = Op::kGet, .key = key};
     Bytes value;
     auto s = call(r, "get(" + keyString + ")", deadline(),
@@ -123,11 +121,8 @@ class TcpStore final : public Store {
 
   Result<bool> deleteKey(std::string_view key) override {
     Request r{.op = Op::kDeleteKey, .key = key};
-    auto n = callForInt(r, "delete_key(" + std::string(key) + ")");
-    if (!n.isOk()) {
-      return n.status();
-    }
-    return n.value() == 1;
+    DTRUN_ASSIGN_OR_RETURN(auto n, callForInt(r, "delete_key(" + std::string(key) + ")"));
+    return n == 1;
   }
 
   Status append(std::string_view key, std::string_view value) override {
@@ -137,16 +132,12 @@ class TcpStore final : public Store {
 
   Result<std::vector<Bytes>> multiGet(std::span<const std::string> keys) override {
     const std::string what = "multi_get(" + describeKeys(keys) + ")";
-    if (auto s = wait(keys, options_.timeout); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(wait(keys, options_.timeout));
     Request r{.op = Op::kMultiGet, .keys = views(keys)};
     std::vector<Bytes> values(keys.size());
     auto s = call(r, what, deadline(), [&](auto dl) {
       for (auto& value : values) {
-        if (auto rs = readBytes(value, dl); !rs.isOk()) {
-          return rs;
-        }
+        DTRUN_TRY(readBytes(value, dl));
       }
       return Status::ok();
     });
@@ -185,11 +176,8 @@ class TcpStore final : public Store {
   }
 
   Result<Bytes> queuePop(std::string_view key, milliseconds timeout) override {
-    auto items = queuePopMany(key, 1, timeout);
-    if (!items.isOk()) {
-      return items.status();
-    }
-    return std::move(items.value().front());
+    DTRUN_ASSIGN_OR_RETURN(auto items, queuePopMany(key, 1, timeout));
+    return std::move(items.front());
   }
 
   Result<std::vector<Bytes>> queuePopMany(std::string_view key, std::size_t maxItems,
@@ -210,9 +198,7 @@ class TcpStore final : public Store {
     for (;;) {
       // Another consumer may take the item between our WAIT and POP: wait again until the deadline.
       Request waitRequest{.op = Op::kWait, .keys = {key}};
-      if (auto s = waitForStop(waitRequest, what, milliseconds(remainingMs(until))); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(waitForStop(waitRequest, what, milliseconds(remainingMs(until))));
       // The first item and the length of the rest in one round trip, then the rest (pipelined
       // requests) in one more: a busy queue drains in three round trips, not two per item.
       const std::array<Request, 2> firstAndLength{pop, Request{.op = Op::kQueueLen, .key = key}};
@@ -251,17 +237,13 @@ class TcpStore final : public Store {
     std::vector<Bytes> keys;
     auto s = call(r, "list_keys()", deadline(), [&](auto dl) {
       std::int64_t n = 0;
-      if (auto rs = readI64(n, dl); !rs.isOk()) {
-        return rs;
-      }
+      DTRUN_TRY(readI64(n, dl));
       if (n < 0) {
         return Status::protocol("negative key count " + std::to_string(n));
       }
       keys.resize(static_cast<std::size_t>(n));
       for (auto& key : keys) {
-        if (auto rs = readBytes(key, dl); !rs.isOk()) {
-          return rs;
-        }
+        DTRUN_TRY(readBytes(key, dl));
       }
       return Status::ok();
     });
@@ -519,9 +501,7 @@ class TcpStore final : public Store {
       if (n < 0 && errno != EAGAIN) {
         return Status::connection(std::string("send: ") + std::system_category().message(errno));
       }
-      if (auto s = pollFor(POLLOUT, until); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(pollFor(POLLOUT, until));
     }
     return Status::ok();
   }
@@ -541,9 +521,7 @@ class TcpStore final : public Store {
     while (inEnd_ < want) {
       // A reply is rarely there the moment its request left: waiting first saves a recv that
       // would only say EAGAIN (2 syscalls per round trip instead of 3).
-      if (auto s = pollFor(POLLIN, until); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(pollFor(POLLIN, until));
       const ssize_t n = ::recv(fd_.get(), in_.data() + inEnd_, in_.size() - inEnd_, 0);
       if (n > 0) {
         inEnd_ += static_cast<std::size_t>(n);
@@ -580,26 +558,20 @@ class TcpStore final : public Store {
   }
 
   Status readByte(char& out, Clock::time_point until) {
-    if (auto s = fill(1, until); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(fill(1, until));
     out = in_[inBegin_++];
     return Status::ok();
   }
 
   Status readU32(std::uint32_t& out, Clock::time_point until) {
-    if (auto s = fill(4, until); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(fill(4, until));
     out = detail::loadU32(in_.data() + inBegin_);
     inBegin_ += 4;
     return Status::ok();
   }
 
   Status readI64(std::int64_t& out, Clock::time_point until) {
-    if (auto s = fill(8, until); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(fill(8, until));
     out = static_cast<std::int64_t>(detail::loadU64(in_.data() + inBegin_));
     inBegin_ += 8;
     return Status::ok();
@@ -607,18 +579,14 @@ class TcpStore final : public Store {
 
   Status readBytes(Bytes& out, Clock::time_point until) {
     std::int64_t length = 0;
-    if (auto s = readI64(length, until); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(readI64(length, until));
     if (length < 0 || static_cast<std::uint64_t>(length) > kMaxReplyValue) {
       return Status::protocol("reply value length " +
                               std::to_string(static_cast<std::uint64_t>(length)) +
                               " is over the client's limit");
     }
     const auto n = static_cast<std::size_t>(length);
-    if (auto s = fill(n, until); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(fill(n, until));
     out.assign(in_.data() + inBegin_, n);
     inBegin_ += n;
     return Status::ok();
@@ -647,9 +615,7 @@ Result<std::unique_ptr<Store>> connectStore(const ClientOptions& options) {
         "the server reported");
   }
   auto store = std::make_unique<TcpStore>(options);
-  if (auto s = store->connect(); !s.isOk()) {
-    return s;
-  }
+  DTRUN_TRY(store->connect());
   return std::unique_ptr<Store>(std::move(store));
 }
 

@@ -292,11 +292,8 @@ Result<std::optional<Allocation>> detect(Mode mode, const JobEnvironment& job) {
   if (mode == Mode::kNone) {
     return std::optional<Allocation>();
   }
-  auto found = mode == Mode::kSlurm ? detectSlurm(env) : detectPbs(env, job);
-  if (!found.isOk()) {
-    return found.status();
-  }
-  return std::optional<Allocation>(std::move(found).value());
+  DTRUN_ASSIGN_OR_RETURN(auto found, mode == Mode::kSlurm ? detectSlurm(env) : detectPbs(env, job));
+  return std::optional<Allocation>(std::move(found));
 }
 
 std::uint16_t jobPort(const Allocation& allocation) {

@@ -8,15 +8,15 @@
 
 #include "dtrun/scheduler.h"
 
+#include "text.h"
+
 namespace dtrun::scheduler {
 namespace {
 
 constexpr std::size_t kMaxDigits = 18;  // keeps every bound inside std::uint64_t
 
-bool isDigits(std::string_view text) {
-  return !text.empty() && text.size() <= kMaxDigits &&
-         text.find_first_not_of("0123456789") == std::string_view::npos;
-}
+// Digits only, and few enough that every bound fits std::uint64_t.
+bool isDigits(std::string_view text) { return text.size() <= kMaxDigits && text::isDigits(text); }
 
 std::uint64_t toNumber(std::string_view digits) {  // isDigits(digits) holds
   std::uint64_t value = 0;
@@ -24,13 +24,7 @@ std::uint64_t toNumber(std::string_view digits) {  // isDigits(digits) holds
   return value;
 }
 
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) {
-    return {};
-  }
-  return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
-}
+using text::trim;
 
 // One bracket group's values as text, each padded to its range's lower bound width.
 Result<std::vector<std::string>> expandGroup(std::string_view group, std::size_t budget) {
@@ -88,18 +82,16 @@ Status expandItem(std::string_view item, std::vector<std::string>& hosts) {
       break;
     }
     const auto close = item.find(']', open);  // the caller checked that brackets balance
-    auto values = expandGroup(item.substr(open + 1, close - open - 1), kMaxHosts - hosts.size());
-    if (!values.isOk()) {
-      return values.status();
-    }
-    if (names.size() * values.value().size() > kMaxHosts - hosts.size()) {
+    DTRUN_ASSIGN_OR_RETURN(auto values, expandGroup(item.substr(open + 1, close - open - 1),
+                                                    kMaxHosts - hosts.size()));
+    if (names.size() * values.size() > kMaxHosts - hosts.size()) {
       return Status::invalidArgument("expands to more than " + std::to_string(kMaxHosts) +
                                      " hosts");
     }
     std::vector<std::string> product;
-    product.reserve(names.size() * values.value().size());
+    product.reserve(names.size() * values.size());
     for (const std::string& name : names) {
-      for (const std::string& value : values.value()) {
+      for (const std::string& value : values) {
         product.push_back(name + value);
       }
     }
@@ -144,9 +136,7 @@ Result<std::vector<std::string>> expandHostlist(std::string_view text) {
       if (item.empty()) {
         return Status::invalidArgument("an empty entry (two commas in a row, or one at an end)");
       }
-      if (auto s = expandItem(item, hosts); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(expandItem(item, hosts));
       itemStart = i + 1;
     } else if (static_cast<unsigned char>(c) <= ' ' || c == '\x7f') {
       return Status::invalidArgument("a blank or control character inside the list");

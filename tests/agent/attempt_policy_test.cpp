@@ -1,8 +1,8 @@
 // The failure and restart rules of README.md ("Exit codes", "Many nodes"), one case per row,
 // checked on the pure policy: no process, no store, no clock.
-#include <catch2/catch.hpp>
-
 #include "attempt_policy.h"
+
+#include <catch2/catch.hpp>
 
 namespace {
 
@@ -139,7 +139,8 @@ TEST_CASE("many nodes: success needs every node (the exit barrier)", "[unit][age
 
 TEST_CASE("many nodes: a membership change (node lost, late node) re-rendezvouses",
           "[unit][agent][policy]") {
-  const Decision d = decideAfterAttempt(multiNode(StopReason::kRoundEnded, false, Kind::kMembership));
+  const Decision d =
+      decideAfterAttempt(multiNode(StopReason::kRoundEnded, false, Kind::kMembership));
   CHECK(d.step == NextStep::kRendezvous);
   CHECK_FALSE(d.leaveJob);
 }

@@ -16,6 +16,8 @@
 namespace dtrun::runtime {
 namespace {
 
+constexpr std::chrono::milliseconds kDefaultTimeout{300000};
+
 std::string envOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read during init()
   return value != nullptr && *value != '\0' ? value : fallback;
@@ -123,28 +125,54 @@ bool backendAvailable(Backend backend) {
 }
 
 Context init(const InitOptions& options) {
-  Context c;
-  c.rank = static_cast<int>(parseInt("RANK", requireEnv("RANK"), 0, 1 << 24));
-  c.worldSize = static_cast<int>(parseInt("WORLD_SIZE", requireEnv("WORLD_SIZE"), 1, 1 << 24));
-  if (c.rank >= c.worldSize) {
-    throw ConfigError("RANK=" + std::to_string(c.rank) +
-                      " is not below WORLD_SIZE=" + std::to_string(c.worldSize));
+  Membership who;
+  who.rank = static_cast<int>(parseInt("RANK", requireEnv("RANK"), 0, 1 << 24));
+  who.worldSize = static_cast<int>(parseInt("WORLD_SIZE", requireEnv("WORLD_SIZE"), 1, 1 << 24));
+  if (who.rank >= who.worldSize) {
+    throw ConfigError("RANK=" + std::to_string(who.rank) +
+                      " is not below WORLD_SIZE=" + std::to_string(who.worldSize));
   }
-  c.localRank = static_cast<int>(parseInt("LOCAL_RANK", envOr("LOCAL_RANK", "0"), 0, 1 << 24));
-  c.localWorldSize =
+  who.localRank = static_cast<int>(parseInt("LOCAL_RANK", envOr("LOCAL_RANK", "0"), 0, 1 << 24));
+  who.localWorldSize =
       static_cast<int>(parseInt("LOCAL_WORLD_SIZE", envOr("LOCAL_WORLD_SIZE", "1"), 1, 1 << 24));
-  c.restartCount = static_cast<int>(
+  who.restartCount = static_cast<int>(
       parseInt("TORCHELASTIC_RESTART_COUNT", envOr("TORCHELASTIC_RESTART_COUNT", "0"), 0, 1 << 30));
-  c.runId = envOr("TORCHELASTIC_RUN_ID", "none");
-  c.storeHost = requireEnv("MASTER_ADDR");
-  c.storePort =
+  who.runId = envOr("TORCHELASTIC_RUN_ID", "none");
+  who.storeHost = requireEnv("MASTER_ADDR");
+  who.storePort =
       static_cast<std::uint16_t>(parseInt("MASTER_PORT", requireEnv("MASTER_PORT"), 1, 65535));
-  c.storePrefix = envOr("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(c.restartCount));
-  c.timeout =
-      options.timeout.count() > 0
-          ? options.timeout
-          : std::chrono::milliseconds(
-                1000 * parseInt("DTRUN_TIMEOUT", envOr("DTRUN_TIMEOUT", "300"), 1, 1 << 24));
+  who.storePrefix = envOr("DTRUN_STORE_PREFIX", "");
+  who.storeToken = envOr("DTRUN_STORE_TOKEN", "");
+  InitOptions resolved = options;
+  if (resolved.timeout.count() <= 0) {
+    resolved.timeout = std::chrono::milliseconds(
+        1000 * parseInt("DTRUN_TIMEOUT", envOr("DTRUN_TIMEOUT", "300"), 1, 1 << 24));
+  }
+  Context c = init(who, resolved);
+  detail::openProgress();  // DTRUN_PROGRESS_FILE: the agent's view of this rank
+  return c;
+}
+
+Context init(const Membership& who, const InitOptions& options) {
+  if (who.worldSize < 1 || who.rank < 0 || who.rank >= who.worldSize) {
+    throw ConfigError("rank " + std::to_string(who.rank) + " is not in [0, world size " +
+                      std::to_string(who.worldSize) + ")");
+  }
+  if (who.storePort == 0) {
+    throw ConfigError("init: no store port given");
+  }
+  Context c;
+  c.rank = who.rank;
+  c.worldSize = who.worldSize;
+  c.localRank = who.localRank;
+  c.localWorldSize = who.localWorldSize;
+  c.restartCount = who.restartCount;
+  c.runId = who.runId;
+  c.storeHost = who.storeHost;
+  c.storePort = who.storePort;
+  c.storePrefix = who.storePrefix.empty() ? "/worker/attempt_" + std::to_string(who.restartCount)
+                                          : who.storePrefix;
+  c.timeout = options.timeout.count() > 0 ? options.timeout : kDefaultTimeout;
   if (options.installErrorHandlers) {
     detail::installErrorHandlers();
   }
@@ -152,7 +180,7 @@ Context init(const InitOptions& options) {
   client.host = c.storeHost;
   client.port = c.storePort;
   client.timeout = c.timeout;
-  client.token = envOr("DTRUN_STORE_TOKEN", "");
+  client.token = who.storeToken;
   auto store = rdzv::connectStore(client);
   if (!store.isOk()) {
     const std::string message = "init: cannot reach the store at " + c.storeHost + ":" +
@@ -166,7 +194,6 @@ Context init(const InitOptions& options) {
     throw CommError(message);
   }
   c.store = std::make_shared<StoreHandle>(std::move(store).value(), c.storePrefix, c.timeout);
-  detail::openProgress();
   return c;
 }
 

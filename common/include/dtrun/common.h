@@ -95,12 +95,12 @@ Status statusOf(const Result<T>& result) {
 #define DTRUN_CONCAT_INNER(a, b) a##b
 #define DTRUN_CONCAT(a, b) DTRUN_CONCAT_INNER(a, b)
 
-#define DTRUN_TRY(expr)                                                  \
-  do {                                                                   \
+#define DTRUN_TRY(expr)                                                   \
+  do {                                                                    \
     if (::dtrun::Status dtrunTryStatus = ::dtrun::detail::statusOf(expr); \
-        !dtrunTryStatus.isOk()) {                                        \
-      return dtrunTryStatus;                                             \
-    }                                                                    \
+        !dtrunTryStatus.isOk()) {                                         \
+      return dtrunTryStatus;                                              \
+    }                                                                     \
   } while (false)
 
 #define DTRUN_ASSIGN_OR_RETURN(decl, expr) \

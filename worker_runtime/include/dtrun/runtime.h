@@ -134,6 +134,27 @@ struct Context {
   std::shared_ptr<std::atomic<int>> worldGroupsCreated = std::make_shared<std::atomic<int>>(0);
 };
 
+// Who this process is in the job and where its store is. init() reads it from the environment
+// dtrun (or torchrun) sets; a program or test that knows it already passes it explicitly, e.g.
+// several ranks as threads of one process against an in-process store, as gloo's tests do.
+struct Membership {
+  int rank = 0;
+  int worldSize = 1;
+  int localRank = 0;
+  int localWorldSize = 1;
+  int restartCount = 0;
+  std::string runId = "none";
+  std::string storeHost = "127.0.0.1";
+  std::uint16_t storePort = 0;
+  std::string storePrefix;  // "" = "/worker/attempt_<restartCount>"
+  std::string storeToken;   // "" = none
+};
+
+// Joins the job as `who` says, reading nothing from the environment: the ranges are checked
+// (ConfigError), the store connected (TimeoutError when unreachable in time, ConfigError for a
+// refused token). options.timeout 0 means 300 s. Thread-safe: ranks may join from threads.
+Context init(const Membership& who, const InitOptions& options = {});
+
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // TORCHELASTIC_RESTART_COUNT (and DTRUN_STORE_PREFIX) and connects to the store, proving
 // DTRUN_STORE_TOKEN when set (dtrun sets it for a store with a token). Throws ConfigError naming
