@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# dtrun exits only after its own helper processes are gone (issue 14): run under a child
+# subreaper, so that anything dtrun leaves behind is re-parented to the checker (not to init,
+# which would hide it), and after dtrun exits the checker must have no child left, running or
+# zombie. Runs a successful job, a failing one with a restart, and one stopped by SIGTERM.
+#   bash tests/integration/no_leftover_test.sh /abs/path/to/build/launcher/dtrun
+set -euo pipefail
+
+DTRUN=${1:?usage: no_leftover_test.sh /path/to/dtrun}
+PYTHON=/usr/bin/python3
+die() { echo "no_leftover_test: FAIL: $*" >&2; exit 1; }
+[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
+for var in $(compgen -e); do
+  [[ $var == PET_* ]] && unset "$var"
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check <name> <expected exit code> <seconds before SIGTERM, or 0> -- <dtrun args...>
+check() {
+  local name=$1 want=$2 term=$3
+  shift 4
+  "$PYTHON" - "$name" "$want" "$term" "$DTRUN" "$@" <<'PY' || die "$name"
+import ctypes, os, signal, subprocess, sys, time
+name, want, term, argv = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+PR_SET_CHILD_SUBREAPER = 36
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    sys.exit(f"{name}: prctl(PR_SET_CHILD_SUBREAPER) failed")
+proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if term > 0:
+    time.sleep(term)
+    proc.send_signal(signal.SIGTERM)
+rc = proc.wait(timeout=60)
+if rc != want:
+    sys.exit(f"{name}: dtrun exited {rc}, want {want}")
+time.sleep(0.2)  # what dtrun left behind has had time to exit and be re-parented here
+left = []
+while True:
+    try:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid == 0:  # a child still running
+        left.append("a running process")
+        break
+    left.append(f"pid {pid}")
+if left:
+    sys.exit(f"{name}: dtrun left {', '.join(left)} behind")
+print(f"no_leftover_test: {name} ok (exit {rc}, nothing left)")
+PY
+}
+
+check success 0 0 -- --nproc_per_node=4 --log_dir="$tmp/a" --no_python /bin/true
+check failure 1 0 -- --nproc_per_node=2 --max_restarts=1 --log_dir="$tmp/b" --no_python /bin/false
+check sigterm 143 1 -- --nproc_per_node=2 --log_dir="$tmp/c" --no_python /bin/sleep 30
+echo "no_leftover_test: PASS"
