@@ -51,8 +51,9 @@ Status Status::withContext(std::string_view context) const {
 namespace detail {
 void checkFailed(const char* expression, const char* file, int line, std::string_view message) {
   // stdio, not the loggers: a broken invariant may be the loggers' own.
-  std::fprintf(stderr, "dtrun: internal error: %s:%d: CHECK(%s) failed: %.*s\n", file, line,
-               expression, static_cast<int>(message.size()), message.data());
+  static_cast<void>(std::fprintf(stderr, "dtrun: internal error: %s:%d: CHECK(%s) failed: %.*s\n",
+                                 file, line, expression, static_cast<int>(message.size()),
+                                 message.data()));
   std::abort();
 }
 }  // namespace detail

@@ -23,7 +23,6 @@ constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 using text::isDigits;
 using text::parseInt;
-using text::split;
 using text::trim;
 
 // The entrypoint and its arguments, minus a leading "--"; unknown options before the entrypoint

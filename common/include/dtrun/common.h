@@ -105,12 +105,15 @@ Status statusOf(const Result<T>& result) {
 
 #define DTRUN_ASSIGN_OR_RETURN(decl, expr) \
   DTRUN_ASSIGN_OR_RETURN_IMPL(DTRUN_CONCAT(dtrunResult, __LINE__), decl, expr)
+// `decl` is a declaration and `result` a name: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define DTRUN_ASSIGN_OR_RETURN_IMPL(result, decl, expr) \
   auto result = (expr);                                 \
   if (!result.isOk()) {                                 \
     return result.status();                             \
   }                                                     \
   decl = std::move(result).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 // An invariant of dtrun's own code (never of input): when it does not hold, the program is wrong,
 // and continuing would only hide where. Logs the expression and `message`, then aborts.
