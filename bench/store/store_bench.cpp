@@ -37,6 +37,7 @@
 
 #include "dtrun/common.h"
 #include "dtrun/rendezvous.h"
+#include "fd_io.h"
 
 namespace {
 
@@ -121,21 +122,7 @@ bool readExact(int fd, void* data, std::size_t size, std::int64_t deadlineNs) {
   return true;
 }
 
-bool writeAll(int fd, const void* data, std::size_t size) {
-  const auto* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, bytes, size);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    bytes += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
+using dtrun::io::writeAll;
 
 struct Pipe {
   dtrun::UniqueFd read;
