@@ -11,23 +11,10 @@
 # Loopback only; every dtrun runs under timeout(1) and is stopped by its PID.
 set -euo pipefail
 
-DTRUN=${1:?usage: hang_liveness_test.sh /path/to/dtrun}
-WORKER=$(cd "$(dirname "$DTRUN")/.." && pwd)/tests/worker_runtime/dtrt_hang_worker
-die() { echo "hang_liveness_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" hang_liveness_test "$@"
+WORKER=$BUILD/tests/worker_runtime/dtrt_hang_worker
 [[ -x $WORKER ]] || die "expected $WORKER (ninja -C build dtrt_hang_worker)"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
-tmp=$(mktemp -d)
-agents=()
-cleanup() {
-  local p
-  for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${agents[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 export DTRUN_TIMEOUT=120
 mkdir "$tmp/bin"
 printf '#!/bin/sh\nsleep 20\necho "slow stack tool for $*"\n' >"$tmp/bin/eu-stack"
@@ -64,7 +51,7 @@ elapsed=$((SECONDS - start))
 echo "hang_liveness_test: signal ok (SIGUSR1 answered during the dump, SIGTERM -> 143 in ${elapsed}s)"
 
 # --- heartbeat: a node dumping stacks is not declared dead ---
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=5,last_call_timeout=0.5
 for node in 0 1; do
   PATH="$tmp/bin:$PATH" timeout 90 "$DTRUN" --nnodes=2 --node_rank=$node \

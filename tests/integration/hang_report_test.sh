@@ -15,28 +15,14 @@
 # Every report is validated against docs/report.schema.json (python3-jsonschema). Loopback only.
 set -euo pipefail
 
-DTRUN=${1:?usage: hang_report_test.sh /path/to/dtrun}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-WORKER=$(cd "$(dirname "$DTRUN")/.." && pwd)/tests/worker_runtime/dtrt_hang_worker
-PYTHON=/usr/bin/python3
-die() { echo "hang_report_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" hang_report_test "$@"
+root=$ROOT
+WORKER=$BUILD/tests/worker_runtime/dtrt_hang_worker
 [[ -x $WORKER ]] || die "expected $WORKER (ninja -C build dtrt_hang_worker)"
 $PYTHON -c 'import jsonschema' 2>/dev/null || die "python3-jsonschema is missing (scripts/setup.sh installs it)"
 command -v eu-stack >/dev/null || command -v gdb >/dev/null ||
   die "neither eu-stack (elfutils) nor gdb is installed (scripts/setup.sh installs elfutils)"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
-tmp=$(mktemp -d)
-agents=()
-cleanup() {
-  local p
-  for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${agents[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 export DTRUN_TIMEOUT=120
 
 # check <report> <python expression over `r`, the report> <what it means>

@@ -6,15 +6,8 @@
 #   bash tests/integration/no_leftover_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
-DTRUN=${1:?usage: no_leftover_test.sh /path/to/dtrun}
-PYTHON=/usr/bin/python3
-die() { echo "no_leftover_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" no_leftover_test "$@"
 
 # check <name> <expected exit code> <seconds before SIGTERM, or 0> -- <dtrun args...>
 check() {

@@ -7,28 +7,13 @@
 # store_connected and communicator_ready). Hangs: hang_report_test.sh. Loopback only.
 set -euo pipefail
 
-DTRUN=${1:?usage: run_report_test.sh /path/to/dtrun}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-workers=$root/tests/integration/workers
-LIBDTRT_WORKER=$(cd "$(dirname "$DTRUN")/.." && pwd)/tests/worker_runtime/dtrt_hang_worker
-PYTHON=/usr/bin/python3
-die() { echo "run_report_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" run_report_test "$@"
+root=$ROOT
+workers=$HERE/workers
+LIBDTRT_WORKER=$BUILD/tests/worker_runtime/dtrt_hang_worker
 [[ -x $LIBDTRT_WORKER ]] || die "expected $LIBDTRT_WORKER (ninja -C build dtrt_hang_worker)"
 $PYTHON -c 'import jsonschema' 2>/dev/null || die "python3-jsonschema is missing (scripts/setup.sh installs it)"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
-tmp=$(mktemp -d)
-dtrun_pid=""
-cleanup() {
-  if [[ -n $dtrun_pid ]]; then
-    kill -KILL "$dtrun_pid" 2>/dev/null || true
-    wait "$dtrun_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 export DTRUN_TIMEOUT=30
 
 check() {
@@ -74,6 +59,7 @@ grep -q "attempt 0: .* worker_failed: rank 0 failed: exit code 7" "$tmp/restart.
 timeout 60 "$DTRUN" --report="$tmp/signal.json" --log_dir="$tmp/logs" --rdzv_id=signal \
   --nproc_per_node=2 --no_python "$workers/exit_code.sh" none >"$tmp/signal.out" 2>&1 </dev/null &
 dtrun_pid=$!
+agents+=("$dtrun_pid")
 for _ in $(seq 1 200); do
   [[ -s $tmp/logs/signal/attempt_0/1/pid ]] && break
   sleep 0.05
@@ -82,7 +68,6 @@ done
 kill -TERM "$dtrun_pid"
 rc=0
 wait "$dtrun_pid" || rc=$?
-dtrun_pid=""
 [[ $rc -eq 143 ]] || die "signal: dtrun exited $rc, want 143"
 check "$tmp/signal.json" 'r["outcome"] == "signal" and r["attempts"][0]["cause"] == "signal" and r["exit_code"] == 143' "signal: outcome"
 
