@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/scoped.h"
 #include "support/test_support.h"
 
 using namespace std::chrono_literals;
@@ -23,23 +24,7 @@ using dtrun::agent::AgentConfig;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = fs::temp_directory_path() / "dtrun-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data());
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using dtrun::testing::TempDir;
 
 AgentConfig shellJob(const TempDir& dir, int nproc, const std::string& script) {
   AgentConfig c;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "launch_options.h"
+#include "support/scoped.h"
 
 namespace {
 
@@ -19,11 +20,8 @@ dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args) {
   CLI::App app{"dtrun"};
   launcher::RawOptions raw;
   launcher::addLaunchOptions(app, raw);
-  std::vector<const char*> pointers = {"dtrun"};
-  for (const std::string& arg : args) {
-    pointers.push_back(arg.c_str());
-  }
-  app.parse(launcher::argumentsForParse(static_cast<int>(pointers.size()), pointers.data()));
+  const dtrun::testing::Argv argv("dtrun", args);
+  app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
   raw.program = app.remaining();
   return launcher::validate(raw, host);
 }

@@ -15,6 +15,8 @@
 
 #include "dtrun/agent.h"
 
+#include "support/scoped.h"
+
 namespace {
 
 namespace launcher = dtrun::launcher;
@@ -22,32 +24,7 @@ using dtrun::agent::Streams;
 using namespace std::chrono_literals;
 
 // Sets (or, with nullopt, unsets) one environment variable and restores it on destruction.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) {
-      previous_ = old;
-    }
-    if (value) {
-      ::setenv(name_.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (previous_) {
-      ::setenv(name_.c_str(), previous_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> previous_;
-};
+using dtrun::testing::ScopedEnv;
 
 // A machine with 8 CPUs, no GPU, an empty environment and a fixed random run id.
 launcher::HostFacts testHost() {
@@ -64,13 +41,8 @@ dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
   CLI::App app{"dtrun"};
   launcher::RawOptions raw;
   launcher::addLaunchOptions(app, raw);
-  std::vector<std::string> argv = {"dtrun"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<const char*> pointers;
-  for (const std::string& arg : argv) {
-    pointers.push_back(arg.c_str());
-  }
-  app.parse(launcher::argumentsForParse(static_cast<int>(pointers.size()), pointers.data()));
+  const dtrun::testing::Argv argv("dtrun", args);
+  app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
   raw.program = app.remaining();
   return launcher::validate(raw, host);
 }
