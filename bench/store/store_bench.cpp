@@ -37,6 +37,7 @@
 
 #include "dtrun/common.h"
 #include "dtrun/rendezvous.h"
+
 #include "fd_io.h"
 
 namespace {

@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "dtrun/runtime.h"
+
 #include "support/test_support.h"
 
 namespace rt = dtrun::runtime;
@@ -22,10 +23,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::array kDtypes = {rt::DataType::kFloat32, rt::DataType::kFloat64,
-                                rt::DataType::kInt32,   rt::DataType::kInt64,
-                                rt::DataType::kUInt8,   rt::DataType::kFloat16,
-                                rt::DataType::kBFloat16};
+constexpr std::array kDtypes = {
+    rt::DataType::kFloat32, rt::DataType::kFloat64, rt::DataType::kInt32,   rt::DataType::kInt64,
+    rt::DataType::kUInt8,   rt::DataType::kFloat16, rt::DataType::kBFloat16};
 constexpr std::array kReduceOps = {rt::ReduceOp::kSum, rt::ReduceOp::kProd, rt::ReduceOp::kMin,
                                    rt::ReduceOp::kMax, rt::ReduceOp::kAvg};
 
@@ -60,17 +60,31 @@ float fromHalfBits(std::uint16_t h) {
 class Data {
  public:
   Data(rt::DataType type, std::size_t count)
-      : type_(type), bytes_(std::max<std::size_t>(1, count * rt::elementSize(type))), count_(count) {}
+      : type_(type),
+        bytes_(std::max<std::size_t>(1, count * rt::elementSize(type))),
+        count_(count) {}
 
   void set(std::size_t i, double v) {
     char* at = bytes_.data() + i * rt::elementSize(type_);
     switch (type_) {
-      case rt::DataType::kFloat32: put(at, static_cast<float>(v)); break;
-      case rt::DataType::kFloat64: put(at, v); break;
-      case rt::DataType::kInt32: put(at, static_cast<std::int32_t>(v)); break;
-      case rt::DataType::kInt64: put(at, static_cast<std::int64_t>(v)); break;
-      case rt::DataType::kUInt8: put(at, static_cast<std::uint8_t>(v)); break;
-      case rt::DataType::kFloat16: put(at, halfBits(static_cast<float>(v))); break;
+      case rt::DataType::kFloat32:
+        put(at, static_cast<float>(v));
+        break;
+      case rt::DataType::kFloat64:
+        put(at, v);
+        break;
+      case rt::DataType::kInt32:
+        put(at, static_cast<std::int32_t>(v));
+        break;
+      case rt::DataType::kInt64:
+        put(at, static_cast<std::int64_t>(v));
+        break;
+      case rt::DataType::kUInt8:
+        put(at, static_cast<std::uint8_t>(v));
+        break;
+      case rt::DataType::kFloat16:
+        put(at, halfBits(static_cast<float>(v)));
+        break;
       case rt::DataType::kBFloat16: {
         const float f = static_cast<float>(v);
         std::uint32_t bits = 0;
@@ -84,12 +98,18 @@ class Data {
   [[nodiscard]] double get(std::size_t i) const {
     const char* at = bytes_.data() + i * rt::elementSize(type_);
     switch (type_) {
-      case rt::DataType::kFloat32: return take<float>(at);
-      case rt::DataType::kFloat64: return take<double>(at);
-      case rt::DataType::kInt32: return take<std::int32_t>(at);
-      case rt::DataType::kInt64: return static_cast<double>(take<std::int64_t>(at));
-      case rt::DataType::kUInt8: return take<std::uint8_t>(at);
-      case rt::DataType::kFloat16: return fromHalfBits(take<std::uint16_t>(at));
+      case rt::DataType::kFloat32:
+        return take<float>(at);
+      case rt::DataType::kFloat64:
+        return take<double>(at);
+      case rt::DataType::kInt32:
+        return take<std::int32_t>(at);
+      case rt::DataType::kInt64:
+        return static_cast<double>(take<std::int64_t>(at));
+      case rt::DataType::kUInt8:
+        return take<std::uint8_t>(at);
+      case rt::DataType::kFloat16:
+        return fromHalfBits(take<std::uint16_t>(at));
       case rt::DataType::kBFloat16: {
         const std::uint32_t bits = static_cast<std::uint32_t>(take<std::uint16_t>(at)) << 16U;
         float f = 0;
@@ -138,10 +158,18 @@ double expectedReduction(rt::DataType t, rt::ReduceOp op, int world, std::size_t
     const double v = op == rt::ReduceOp::kProd ? factorOf(r, i) : valueOf(r, i);
     switch (op) {
       case rt::ReduceOp::kSum:
-      case rt::ReduceOp::kAvg: acc += v; break;
-      case rt::ReduceOp::kProd: acc *= v; break;
-      case rt::ReduceOp::kMin: acc = std::min(acc, v); break;
-      case rt::ReduceOp::kMax: acc = std::max(acc, v); break;
+      case rt::ReduceOp::kAvg:
+        acc += v;
+        break;
+      case rt::ReduceOp::kProd:
+        acc *= v;
+        break;
+      case rt::ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case rt::ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op == rt::ReduceOp::kAvg) {
@@ -227,8 +255,7 @@ void onRanks(int world, rt::Backend backend,
 
 std::string label(const rt::ProcessGroup& g, rt::DataType t, std::size_t n, const char* op) {
   return std::string(rt::backendName(g.backend())) + " n=" + std::to_string(g.size()) + " rank " +
-         std::to_string(g.rank()) + " " + rt::dataTypeName(t) + " x" + std::to_string(n) + " " +
-         op;
+         std::to_string(g.rank()) + " " + rt::dataTypeName(t) + " x" + std::to_string(n) + " " + op;
 }
 
 // Every collective of `g` on one dtype and length.
@@ -258,7 +285,8 @@ void collectives(rt::ProcessGroup& g, Findings& f, rt::DataType t, std::size_t n
       d.set(i, r == root ? valueOf(root, i) : 0);
     }
     g.broadcast(d.buffer(), root);
-    f.expectValues(d, [&](std::size_t i) { return valueOf(root, i); }, label(g, t, n, "broadcast"));
+    f.expectValues(
+        d, [&](std::size_t i) { return valueOf(root, i); }, label(g, t, n, "broadcast"));
   }
   for (const rt::ReduceOp op : {rt::ReduceOp::kSum, rt::ReduceOp::kMax}) {
     Data d(t, n);
@@ -267,8 +295,9 @@ void collectives(rt::ProcessGroup& g, Findings& f, rt::DataType t, std::size_t n
     }
     g.reduce(d.buffer(), 0, op);
     if (r == 0) {
-      f.expectValues(d, [&](std::size_t i) { return expectedReduction(t, op, world, i); },
-                     label(g, t, n, "reduce ") + rt::reduceOpName(op));
+      f.expectValues(
+          d, [&](std::size_t i) { return expectedReduction(t, op, world, i); },
+          label(g, t, n, "reduce ") + rt::reduceOpName(op));
     }
   }
   {
@@ -278,14 +307,15 @@ void collectives(rt::ProcessGroup& g, Findings& f, rt::DataType t, std::size_t n
       in.set(i, valueOf(r, i));
     }
     g.allGather(in.buffer(), out.buffer());
-    f.expectValues(out, [&](std::size_t k) { return valueOf(static_cast<int>(k / n), k % n); },
-                   label(g, t, n, "all_gather"));
+    f.expectValues(
+        out, [&](std::size_t k) { return valueOf(static_cast<int>(k / n), k % n); },
+        label(g, t, n, "all_gather"));
     Data gathered(t, n * static_cast<std::size_t>(world));
     g.gather(in.buffer(), gathered.buffer(), world - 1);
     if (r == world - 1) {
-      f.expectValues(gathered,
-                     [&](std::size_t k) { return valueOf(static_cast<int>(k / n), k % n); },
-                     label(g, t, n, "gather"));
+      f.expectValues(
+          gathered, [&](std::size_t k) { return valueOf(static_cast<int>(k / n), k % n); },
+          label(g, t, n, "gather"));
     }
   }
   {
@@ -297,7 +327,8 @@ void collectives(rt::ProcessGroup& g, Findings& f, rt::DataType t, std::size_t n
       }
     }
     g.scatter(in.buffer(), out.buffer(), 0);
-    f.expectValues(out, [&](std::size_t i) { return valueOf(r, i); }, label(g, t, n, "scatter"));
+    f.expectValues(
+        out, [&](std::size_t i) { return valueOf(r, i); }, label(g, t, n, "scatter"));
   }
   {
     // Block b of rank r holds valueOf(r, b * n + i): rank b receives their sum.
@@ -357,15 +388,16 @@ void pointToPoint(rt::ProcessGroup& g, Findings& f, rt::DataType t, std::size_t 
     g.recv(in.buffer(), prev, 3);
     g.send(out.buffer(), next, 3);
   }
-  f.expectValues(in, [&](std::size_t i) { return valueOf(prev, i); }, label(g, t, n, "send/recv"));
+  f.expectValues(
+      in, [&](std::size_t i) { return valueOf(prev, i); }, label(g, t, n, "send/recv"));
   Data in2(t, n);
   rt::Work receiving = g.irecv(in2.buffer(), prev, 4);
   rt::Work sending = g.isend(out.buffer(), next, 4);
   sending.wait();
   receiving.wait();
   f.expect(sending.isCompleted() && receiving.isCompleted(), label(g, t, n, "isend/irecv done"));
-  f.expectValues(in2, [&](std::size_t i) { return valueOf(prev, i); },
-                 label(g, t, n, "isend/irecv"));
+  f.expectValues(
+      in2, [&](std::size_t i) { return valueOf(prev, i); }, label(g, t, n, "isend/irecv"));
   g.barrier();
 }
 
@@ -422,8 +454,8 @@ TEST_CASE("sub-groups: members in any order reduce among themselves, others get 
       const std::vector<int> members = {3, 1, 4};  // sub-group rank i is world rank members[i]
       auto sub = g.newGroup(members);
       const auto it = std::find(members.begin(), members.end(), g.rank());
-      f.expect((sub != nullptr) == (it != members.end()), "membership of rank " +
-                                                               std::to_string(g.rank()));
+      f.expect((sub != nullptr) == (it != members.end()),
+               "membership of rank " + std::to_string(g.rank()));
       if (sub) {
         f.expect(sub->rank() == static_cast<int>(it - members.begin()) && sub->size() == 3,
                  "sub-group rank of world rank " + std::to_string(g.rank()));
@@ -432,9 +464,9 @@ TEST_CASE("sub-groups: members in any order reduce among themselves, others get 
           d.set(i, valueOf(g.rank(), i));
         }
         sub->allReduce(d.buffer());
-        f.expectValues(d,
-                       [](std::size_t i) { return valueOf(3, i) + valueOf(1, i) + valueOf(4, i); },
-                       "sub-group all_reduce");
+        f.expectValues(
+            d, [](std::size_t i) { return valueOf(3, i) + valueOf(1, i) + valueOf(4, i); },
+            "sub-group all_reduce");
         sub->barrier();
       }
       g.barrier();
