@@ -40,6 +40,8 @@
 
 #include "dtrun/runtime.h"
 
+#include "fd_io.h"
+
 namespace dtrun::runtime {
 namespace {
 
@@ -278,18 +280,9 @@ const char* signalName(int sig) {
   }
 }
 
+// Async-signal-safe; a failed write to stderr or the error file has nowhere to be reported.
 void writeAll(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
+  static_cast<void>(io::writeAll(fd, data, size));
 }
 
 // backtrace_symbols_fd's text, captured through a pipe so it can be escaped into the JSON.

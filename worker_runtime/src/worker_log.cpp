@@ -22,6 +22,8 @@
 #include "dtrun/common.h"
 #include "dtrun/runtime.h"
 
+#include "fd_io.h"
+
 namespace dtrun::runtime {
 namespace {
 
@@ -67,18 +69,7 @@ std::string envValue(const char* name) {
   return value != nullptr ? value : "";
 }
 
-void writeAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return;
-    }
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
+void writeAll(int fd, std::string_view text) { static_cast<void>(io::writeAll(fd, text)); }
 
 // "[2026-11-21 22:01:02.123] " in local time.
 std::string timestamp() {
