@@ -71,6 +71,12 @@ class Communicator {
                                               const std::string& groupName) = 0;
 };
 
+// The configuration of the sub-group of `ranks` (ranks of `parent`, the new group's order) named
+// `name` within `parent`, as seen by the parent's rank `self` (a member): one place for every
+// backend's split().
+CommunicatorConfig subGroupConfig(const CommunicatorConfig& parent, const std::vector<int>& ranks,
+                                  int self, const std::string& name);
+
 std::unique_ptr<Communicator> makeTcpCommunicator(const CommunicatorConfig& config);
 std::unique_ptr<Communicator> makeGlooCommunicator(const CommunicatorConfig& config);
 // Defined only where the NCCL backend is built (DTRUN_HAVE_NCCL).

@@ -723,14 +723,7 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
                                       const std::string& groupName) override {
-    CommunicatorConfig child = config();
-    child.groupName = config().groupName + "/" + groupName;
-    child.size = static_cast<int>(ranks.size());
-    child.rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
-    child.globalRanks.clear();
-    for (const int r : ranks) {
-      child.globalRanks.push_back(config().globalRanks.at(static_cast<std::size_t>(r)));
-    }
+    const CommunicatorConfig child = subGroupConfig(config(), ranks, rank(), groupName);
     // The device (one listening thread) is shared; the new context gets its own full mesh.
     return std::make_unique<GlooCommunicator>(child, group_->device(), "new_group");
   }

@@ -737,19 +737,15 @@ class NcclCommunicator final : public Communicator {
   // fit; the members bootstrap a fresh communicator with a unique id under the subgroup's name.
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks,
                                       const std::string& groupName) override {
-    CommunicatorConfig config;
-    config.store = store_;
-    config.groupName = core_->groupName() + "/" + groupName;
-    config.size = static_cast<int>(ranks.size());
-    config.timeout = core_->timeout();
-    config.cudaDevice = core_->device();
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i] == rank()) {
-        config.rank = static_cast<int>(i);
-      }
-      config.globalRanks.push_back(core_->globalRanks().at(static_cast<std::size_t>(ranks[i])));
-    }
-    return makeNcclCommunicator(config);
+    CommunicatorConfig parent;
+    parent.store = store_;
+    parent.groupName = core_->groupName();
+    parent.rank = rank();
+    parent.size = size();
+    parent.globalRanks = core_->globalRanks();
+    parent.timeout = core_->timeout();
+    parent.cudaDevice = core_->device();
+    return makeNcclCommunicator(subGroupConfig(parent, ranks, rank(), groupName));
   }
 
  private:

@@ -844,19 +844,7 @@ void TcpCommunicator::allToAll(const Buffer& in, const Buffer& out) {
 std::unique_ptr<Communicator> TcpCommunicator::split(const std::vector<int>& ranks,
                                                      const std::string& groupName) {
   checkUsable("new_group");
-  CommunicatorConfig sub;
-  sub.store = config_.store;
-  sub.groupName = config_.groupName + "/" + groupName;
-  sub.size = static_cast<int>(ranks.size());
-  sub.timeout = config_.timeout;
-  sub.cudaDevice = config_.cudaDevice;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == rank()) {
-      sub.rank = static_cast<int>(i);
-    }
-    sub.globalRanks.push_back(globalRank(ranks[i]));
-  }
-  return std::make_unique<TcpCommunicator>(sub);
+  return std::make_unique<TcpCommunicator>(subGroupConfig(config_, ranks, rank(), groupName));
 }
 
 }  // namespace
