@@ -3,9 +3,12 @@
 //   build/launcher/dtrun --nproc_per_node=3 --no_python
 //   build/tests/worker_runtime/dtrt_check_worker ops tcp
 // Modes (argv[1]):
-//   ops <tcp|gloo|nccl>  every operation x dtype x ReduceOp at lengths 1, 7, 1001, 100003 against
-//                        values computed here; barrier; p2p blocking and non-blocking with tags;
-//                        sub-groups (the odd ranks, and {size-1, 0}); nccl uses cudaMalloc'd memory
+//   ops <tcp|gloo|nccl>  checkGroup (ops_checks.h): every operation x dtype x ReduceOp at
+//                        lengths 1, 7, 1001, 100003 against values computed here; barrier; p2p
+//                        blocking and non-blocking with tags; sub-groups (the odd ranks, and
+//                        {size-1, 0}); nccl uses cudaMalloc'd memory. runtime_test.sh runs it
+//                        for nccl only: tests/runtime runs the same checks for tcp and gloo in
+//                        one process, ranks as threads
 //   compare              seeded random data through Tcp and Gloo: integers bitwise equal, floats
 //                        within a tolerance
 //   early-exit <backend> <collective|create>
@@ -74,44 +77,7 @@ int runOps(Reporter& report, const std::string& backendName) {
     }
 #endif
   }
-  std::unique_ptr<rt::ProcessGroup> pg;
-  const std::string label = backendName + " n=" + std::to_string(ctx.worldSize);
-  guarded(report, label + " create", [&] {
-    const auto start = Clock::now();
-    pg = rt::ProcessGroup::create(ctx, *backend);
-    report.expect(
-        pg->rank() == ctx.rank && pg->size() == ctx.worldSize && pg->backend() == *backend,
-        label + " create: rank, size, backend",
-        "rank " + std::to_string(pg->rank()) + " size " + std::to_string(pg->size()));
-    std::printf("INFO %s create took %.3f s\n", label.c_str(), secondsSince(start));
-  });
-  if (*backend == rt::Backend::kGloo) {
-    struct sigaction pipe {};
-    (void)::sigaction(SIGPIPE, nullptr, &pipe);
-    report.expect(pipe.sa_handler == SIG_IGN, label + " SIGPIPE ignored (a dead peer is an error)",
-                  "SIGPIPE is not SIG_IGN after creating a gloo group");
-  }
-  if (pg == nullptr) {
-    return 1;
-  }
-  checkBarrier(report, *pg, label);
-  OpsChecker ops(report, *pg, label, cuda);
-  ops.runAll({kLengths.begin(), kLengths.end()});
-  checkP2p(report, *pg, label, cuda, !cuda);
-  if (pg->size() >= 2) {
-    std::vector<int> odd;
-    for (int r = 1; r < pg->size(); r += 2) {
-      odd.push_back(r);
-    }
-    checkSubGroup(report, *pg, odd, label, cuda);
-    checkSubGroup(report, *pg, {pg->size() - 1, 0}, label, cuda);
-  }
-  if (!cuda) {  // NCCL has no tags and no per-wait timeout to speak of
-    checkWaitTimeout(report, *pg, label, cuda);
-  }
-  guarded(report, label + " final barrier", [&] { pg->barrier(); });
-  report.pass(label + " all checks ran");
-  return report.exitCode();
+  return checkGroup(report, ctx, *backend);
 }
 
 // ---- compare --------------------------------------------------------------------------------

@@ -486,4 +486,49 @@ inline bool selectCudaDevice(Reporter& report, int localRank) {
 }
 #endif
 
+// Every check of one rank's group on `backend`: creation, barrier, every collective x dtype x
+// ReduceOp at kLengths, p2p (with tags off CUDA), sub-groups, Work::wait timeouts. The worker's
+// `ops` mode runs it per process; tests/runtime runs it with ranks as threads of one process.
+inline int checkGroup(Reporter& report, const rt::Context& ctx, rt::Backend backend) {
+  const bool cuda = backend == rt::Backend::kNccl;
+  const std::string backendName = rt::backendName(backend);
+  std::unique_ptr<rt::ProcessGroup> pg;
+  const std::string label = backendName + " n=" + std::to_string(ctx.worldSize);
+  guarded(report, label + " create", [&] {
+    const auto start = Clock::now();
+    pg = rt::ProcessGroup::create(ctx, backend);
+    report.expect(pg->rank() == ctx.rank && pg->size() == ctx.worldSize && pg->backend() == backend,
+                  label + " create: rank, size, backend",
+                  "rank " + std::to_string(pg->rank()) + " size " + std::to_string(pg->size()));
+    std::printf("INFO %s create took %.3f s\n", label.c_str(), secondsSince(start));
+  });
+  if (backend == rt::Backend::kGloo) {
+    struct sigaction pipe {};
+    (void)::sigaction(SIGPIPE, nullptr, &pipe);
+    report.expect(pipe.sa_handler == SIG_IGN, label + " SIGPIPE ignored (a dead peer is an error)",
+                  "SIGPIPE is not SIG_IGN after creating a gloo group");
+  }
+  if (pg == nullptr) {
+    return 1;
+  }
+  checkBarrier(report, *pg, label);
+  OpsChecker ops(report, *pg, label, cuda);
+  ops.runAll({kLengths.begin(), kLengths.end()});
+  checkP2p(report, *pg, label, cuda, !cuda);
+  if (pg->size() >= 2) {
+    std::vector<int> odd;
+    for (int r = 1; r < pg->size(); r += 2) {
+      odd.push_back(r);
+    }
+    checkSubGroup(report, *pg, odd, label, cuda);
+    checkSubGroup(report, *pg, {pg->size() - 1, 0}, label, cuda);
+  }
+  if (!cuda) {  // NCCL has no tags and no per-wait timeout to speak of
+    checkWaitTimeout(report, *pg, label, cuda);
+  }
+  guarded(report, label + " final barrier", [&] { pg->barrier(); });
+  report.pass(label + " all checks ran");
+  return report.exitCode();
+}
+
 }  // namespace dtrt_check
