@@ -227,12 +227,9 @@ bool parseEndpoint(const std::string& text, ClientOptions& out) {
 // Waits for the keeper of `jobId` to open round 0 (its round key), so join() starts at once.
 dtrun::Status waitForKeeper(const ClientOptions& store, const std::string& jobId,
                             milliseconds timeout) {
-  auto client = dtrun::rdzv::connectStore(store);
-  if (!client.isOk()) {
-    return client.status();
-  }
+  DTRUN_ASSIGN_OR_RETURN(const auto client, dtrun::rdzv::connectStore(store));
   const std::vector<std::string> keys{dtrun::rdzv::detail::RoundKeys(jobId).round()};
-  return client.value()->wait(keys, timeout);
+  return client->wait(keys, timeout);
 }
 
 RunResult runOnce(const Options& options, int n, int rep) {

@@ -155,25 +155,15 @@ class Client {
     clientOptions.timeout = milliseconds(options_.timeoutMs);
     clientOptions.dialect =
         options_.dialect == "v2" ? dtrun::rdzv::Dialect::kV2 : dtrun::rdzv::Dialect::kLegacy;
-    auto connected = dtrun::rdzv::connectStore(clientOptions);
-    if (!connected.isOk()) {
-      return connected.status();
-    }
-    store_ = std::move(connected).value();
+    DTRUN_ASSIGN_OR_RETURN(store_, dtrun::rdzv::connectStore(clientOptions));
     if (op_ == BenchOp::kGet) {
-      if (auto s = store_->set(getKey(), value_); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(store_->set(getKey(), value_));
     }
     const std::int64_t warmupEnd = nowNs() + std::int64_t{options_.warmupMs} * 1'000'000;
     while (nowNs() < warmupEnd) {
-      if (auto s = runOne(); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(runOne());
     }
-    if (auto s = drain(); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(drain());
     const auto capacity = static_cast<std::size_t>(
         kMaxOpsPerSecondPerClient * static_cast<std::uint64_t>(options_.durationMs) / 1000);
     latencies_.reserve(std::max<std::size_t>(capacity, 1024));
@@ -185,9 +175,7 @@ class Client {
     report_.startNs = nowNs();
     std::int64_t before = report_.startNs;
     while (before < stopNs) {
-      if (auto s = runOne(); !s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(runOne());
       const std::int64_t after = nowNs();
       ++report_.ops;
       if (latencies_.size() < latencies_.capacity()) {
@@ -198,9 +186,7 @@ class Client {
     }
     // SET has no reply on the wire: what the loop timed is the client handing bytes to the
     // kernel. One round trip after the window makes the window include the server catching up.
-    if (auto s = drain(); !s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(drain());
     report_.endNs = nowNs();
     report_.samples = latencies_.size();
     return dtrun::Status::ok();
@@ -226,28 +212,23 @@ class Client {
         return store_->set(lastSetKey_, value_);
       case BenchOp::kGet: {
         // Store::get is WAIT then GET: two round trips, as torch's own client does.
-        auto value = store_->get(getKey());
-        if (!value.isOk()) {
-          return value.status();
-        }
-        if (value.value().size() != value_.size()) {
+        DTRUN_ASSIGN_OR_RETURN(const auto value, store_->get(getKey()));
+        if (value.size() != value_.size()) {
           return dtrun::Status::protocol("get(" + getKey() + ") returned " +
-                                         std::to_string(value.value().size()) + " bytes, not " +
+                                         std::to_string(value.size()) + " bytes, not " +
                                          std::to_string(value_.size()));
         }
         return dtrun::Status::ok();
       }
       case BenchOp::kAdd: {
         // One counter shared by every client: the hot-key path.
-        auto sum = store_->add("bench/add/counter", 1);
-        return sum.isOk() ? dtrun::Status::ok() : sum.status();
+        DTRUN_TRY(store_->add("bench/add/counter", 1));
+        return dtrun::Status::ok();
       }
       case BenchOp::kWaitSet: {
         // One pair: a set (no reply) then a wait on that key (one round trip).
         const std::string key = "ws/" + prefix_ + "/" + std::to_string(i);
-        if (auto s = store_->set(key, value_); !s.isOk()) {
-          return s;
-        }
+        DTRUN_TRY(store_->set(key, value_));
         return store_->wait(std::span(&key, 1), milliseconds(options_.timeoutMs));
       }
     }
@@ -260,13 +241,9 @@ class Client {
     if (op_ != BenchOp::kSet || lastSetKey_.empty()) {
       return dtrun::Status::ok();
     }
-    auto present = store_->check(std::span(&lastSetKey_, 1));
-    if (!present.isOk()) {
-      return present.status();
-    }
-    return present.value()
-               ? dtrun::Status::ok()
-               : dtrun::Status::protocol("check(" + lastSetKey_ + ") after set: key missing");
+    DTRUN_ASSIGN_OR_RETURN(const bool present, store_->check(std::span(&lastSetKey_, 1)));
+    return present ? dtrun::Status::ok()
+                   : dtrun::Status::protocol("check(" + lastSetKey_ + ") after set: key missing");
   }
 
   const BenchOptions& options_;

@@ -11,7 +11,9 @@
 // Measures, never asserts: the exit status is non-zero only when a request failed.
 // Usage: stress_bench --port P [--ops N] [--connections C]
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -28,6 +30,8 @@
 
 #include "dtrun/common.h"
 #include "dtrun/rendezvous.h"
+
+#include "fd_io.h"
 
 namespace {
 
@@ -47,13 +51,10 @@ dtrun::UniqueFd connectRaw(int port) {
   return fd;
 }
 
+// SIGPIPE is ignored (runBench): a connection the store closed fails here with EPIPE.
 void sendAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n <= 0) {
-      throw std::runtime_error("stress_bench: send to the store failed");
-    }
-    bytes.remove_prefix(static_cast<std::size_t>(n));
+  if (!dtrun::io::writeAll(fd, bytes)) {
+    throw std::runtime_error("stress_bench: send to the store failed");
   }
 }
 
@@ -87,6 +88,7 @@ int runBench(int argc, char** argv) {
   app.add_option("--connections", connections, "Idle connections held from phase idle-4096 on")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  static_cast<void>(std::signal(SIGPIPE, SIG_IGN));
 
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
@@ -131,13 +133,10 @@ int runBench(int argc, char** argv) {
         sendAll(idle.back().get(), kValidate + std::string("\x0d\x2a\x00\x00\x00", 5));
       }
       for (const auto& fd : idle) {
-        char nonce[4];
-        for (std::size_t got = 0; got < sizeof nonce;) {
-          const ssize_t n = ::recv(fd.get(), nonce + got, sizeof nonce - got, 0);
-          if (n <= 0) {
-            throw std::runtime_error("stress_bench: an idle connection got no PING reply");
-          }
-          got += static_cast<std::size_t>(n);
+        std::array<char, 4> nonce{};
+        if (dtrun::io::readFull(fd.get(), nonce.data(), nonce.size()) !=
+            static_cast<long>(nonce.size())) {
+          throw std::runtime_error("stress_bench: an idle connection got no PING reply");
         }
       }
     } else if (name == "slow-reader") {

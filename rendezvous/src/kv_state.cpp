@@ -144,11 +144,9 @@ bool KvState::wait(ClientId client, const std::vector<std::string_view>& keys) {
 }
 
 Result<bool> KvState::barrier(ClientId client, std::string_view key, std::int64_t worldSize) {
-  auto count = add(key, 1);  // releases earlier arrivals once the target is reached
-  if (!count.isOk()) {
-    return count.status();
-  }
-  if (count.value() >= worldSize) {
+  // Releases earlier arrivals once the target is reached.
+  DTRUN_ASSIGN_OR_RETURN(const std::int64_t count, add(key, 1));
+  if (count >= worldSize) {
     return true;
   }
   Wait pending;

@@ -119,9 +119,7 @@ class StoreRoundMember final : public RoundMember {
       if (s.code() == Errc::kTimeout) {
         continue;
       }
-      if (!s.isOk()) {
-        return s;
-      }
+      DTRUN_TRY(s);
       DTRUN_ASSIGN_OR_RETURN(auto text, waiter_->get(keys_.end(r)));
       if (auto end = detail::decodeEnd(text)) {
         sawEnd(r);

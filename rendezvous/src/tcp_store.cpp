@@ -63,9 +63,9 @@ class TcpStore final : public Store {
     DTRUN_TRY(wait(std::span(&keyString, 1), options_.timeout));
     Request r{.op = Op::kGet, .key = key};
     Bytes value;
-    auto s = call(r, "get(" + keyString + ")", deadline(),
-                  [&](auto dl) { return readBytes(value, dl); });
-    return s.isOk() ? Result<Bytes>(std::move(value)) : Result<Bytes>(s);
+    DTRUN_TRY(call(r, "get(" + keyString + ")", deadline(),
+                   [&](auto dl) { return readBytes(value, dl); }));
+    return value;
   }
 
   Result<std::int64_t> add(std::string_view key, std::int64_t delta) override {
@@ -77,19 +77,16 @@ class TcpStore final : public Store {
                            std::string_view desired) override {
     Request r{.op = Op::kCompareSet, .key = key, .value = expected, .desired = desired};
     Bytes value;
-    auto s = call(r, "compare_set(" + std::string(key) + ")", deadline(),
-                  [&](auto dl) { return readBytes(value, dl); });
-    return s.isOk() ? Result<Bytes>(std::move(value)) : Result<Bytes>(s);
+    DTRUN_TRY(call(r, "compare_set(" + std::string(key) + ")", deadline(),
+                   [&](auto dl) { return readBytes(value, dl); }));
+    return value;
   }
 
   Result<bool> check(std::span<const std::string> keys) override {
     Request r{.op = Op::kCheck, .keys = views(keys)};
     char reply = 0;
-    auto s = call(r, "check(" + describeKeys(keys) + ")", deadline(),
-                  [&](auto dl) { return readByte(reply, dl); });
-    if (!s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(call(r, "check(" + describeKeys(keys) + ")", deadline(),
+                   [&](auto dl) { return readByte(reply, dl); }));
     return reply == detail::kCheckReady;
   }
 
@@ -99,13 +96,11 @@ class TcpStore final : public Store {
                                              Request{.op = Op::kGet, .key = key}};
     char present = 0;
     Bytes value;
-    auto s = callAll(checkAndGet, "try_get(" + std::string(key) + ")", deadline(), [&](auto dl) {
-      auto rs = readByte(present, dl);
-      return rs.isOk() ? readBytes(value, dl) : rs;
-    });
-    if (!s.isOk()) {
-      return s;
-    }
+    const auto readBoth = [&](Clock::time_point dl) {
+      DTRUN_TRY(readByte(present, dl));
+      return readBytes(value, dl);
+    };
+    DTRUN_TRY(callAll(checkAndGet, "try_get(" + std::string(key) + ")", deadline(), readBoth));
     return present == detail::kCheckReady ? std::optional<Bytes>(std::move(value)) : std::nullopt;
   }
 
@@ -135,13 +130,14 @@ class TcpStore final : public Store {
     DTRUN_TRY(wait(keys, options_.timeout));
     Request r{.op = Op::kMultiGet, .keys = views(keys)};
     std::vector<Bytes> values(keys.size());
-    auto s = call(r, what, deadline(), [&](auto dl) {
+    const auto readValues = [&](Clock::time_point dl) {
       for (auto& value : values) {
         DTRUN_TRY(readBytes(value, dl));
       }
       return Status::ok();
-    });
-    return s.isOk() ? Result<std::vector<Bytes>>(std::move(values)) : Result<std::vector<Bytes>>(s);
+    };
+    DTRUN_TRY(call(r, what, deadline(), readValues));
+    return values;
   }
 
   Status multiSet(std::span<const std::string> keys, std::span<const Bytes> values) override {
@@ -158,10 +154,7 @@ class TcpStore final : public Store {
     Request r{.op = Op::kPing, .word = nonce};
     const auto start = Clock::now();
     std::uint32_t echo = 0;
-    auto s = call(r, "ping()", deadline(), [&](auto dl) { return readU32(echo, dl); });
-    if (!s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(call(r, "ping()", deadline(), [&](auto dl) { return readU32(echo, dl); }));
     if (echo != nonce) {
       drop();
       return Status::protocol("ping() on " + peer_ + ": echoed nonce " + std::to_string(echo) +
@@ -189,11 +182,8 @@ class TcpStore final : public Store {
     std::vector<Bytes> items;
     const auto readPopped = [&](Clock::time_point dl) {
       std::int64_t length = 0;
-      auto rs = readI64(length, dl);
-      if (rs.isOk() && length > 0) {
-        rs = readBytes(items.emplace_back(), dl);
-      }
-      return rs;
+      DTRUN_TRY(readI64(length, dl));
+      return length > 0 ? readBytes(items.emplace_back(), dl) : Status::ok();
     };
     for (;;) {
       // Another consumer may take the item between our WAIT and POP: wait again until the deadline.
@@ -203,23 +193,21 @@ class TcpStore final : public Store {
       // requests) in one more: a busy queue drains in three round trips, not two per item.
       const std::array<Request, 2> firstAndLength{pop, Request{.op = Op::kQueueLen, .key = key}};
       std::int64_t left = 0;
-      auto s = callAll(firstAndLength, what, deadline(), [&](auto dl) {
-        auto rs = readPopped(dl);
-        return rs.isOk() ? readI64(left, dl) : rs;
-      });
+      const auto readFirstAndLength = [&](Clock::time_point dl) {
+        DTRUN_TRY(readPopped(dl));
+        return readI64(left, dl);
+      };
+      DTRUN_TRY(callAll(firstAndLength, what, deadline(), readFirstAndLength));
       const auto more = std::min<std::int64_t>(left, static_cast<std::int64_t>(maxItems) - 1);
-      if (s.isOk() && !items.empty() && more > 0) {
+      if (!items.empty() && more > 0) {
         const std::vector<Request> pops(static_cast<std::size_t>(more), pop);
-        s = callAll(pops, what, deadline(), [&](auto dl) {
-          Status rs = Status::ok();
-          for (std::int64_t i = 0; i < more && rs.isOk(); ++i) {
-            rs = readPopped(dl);
+        const auto readRest = [&](Clock::time_point dl) {
+          for (std::int64_t i = 0; i < more; ++i) {
+            DTRUN_TRY(readPopped(dl));
           }
-          return rs;
-        });
-      }
-      if (!s.isOk()) {
-        return s;
+          return Status::ok();
+        };
+        DTRUN_TRY(callAll(pops, what, deadline(), readRest));
       }
       if (!items.empty()) {
         return items;
@@ -235,7 +223,7 @@ class TcpStore final : public Store {
   Result<std::vector<Bytes>> listKeys() override {
     Request r{.op = Op::kListKeys};
     std::vector<Bytes> keys;
-    auto s = call(r, "list_keys()", deadline(), [&](auto dl) {
+    const auto readKeys = [&](Clock::time_point dl) {
       std::int64_t n = 0;
       DTRUN_TRY(readI64(n, dl));
       if (n < 0) {
@@ -246,8 +234,9 @@ class TcpStore final : public Store {
         DTRUN_TRY(readBytes(key, dl));
       }
       return Status::ok();
-    });
-    return s.isOk() ? Result<std::vector<Bytes>>(std::move(keys)) : Result<std::vector<Bytes>>(s);
+    };
+    DTRUN_TRY(call(r, "list_keys()", deadline(), readKeys));
+    return keys;
   }
 
   Status barrier(std::string_view key, std::int64_t worldSize, milliseconds timeout) override {
@@ -444,10 +433,7 @@ class TcpStore final : public Store {
 
   Result<std::int64_t> callForInt(const Request& request, const std::string& what) {
     std::int64_t value = 0;
-    auto s = call(request, what, deadline(), [&](auto dl) { return readI64(value, dl); });
-    if (!s.isOk()) {
-      return s;
-    }
+    DTRUN_TRY(call(request, what, deadline(), [&](auto dl) { return readI64(value, dl); }));
     return value;
   }
 
