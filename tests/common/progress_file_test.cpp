@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -13,23 +12,24 @@
 
 #include <catch2/catch.hpp>
 
-namespace fs = std::filesystem;
+#include "support/scoped.h"
+
 using dtrun::progress::ProgressReader;
 using dtrun::progress::ProgressWriter;
 
 namespace {
 
-std::string freshPath() {
-  std::string pattern = (fs::temp_directory_path() / "dtrun-progress-XXXXXX").string();
-  const int fd = ::mkstemp(pattern.data());
-  ::close(fd);
-  return pattern;
-}
+// A progress file's path in a directory of its own, removed at the end of the test.
+struct FreshPath {
+  dtrun::testing::TempDir dir;
+  const std::string path = dir.path() / "progress";
+};
 
 }  // namespace
 
 TEST_CASE("a progress file carries operations from writer to reader", "[unit][progress]") {
-  const std::string path = freshPath();
+  const FreshPath fresh;
+  const std::string& path = fresh.path;
   REQUIRE(dtrun::progress::createProgressFile(path));
   auto writer = ProgressWriter::open(path);
   auto reader = ProgressReader::open(path);
@@ -66,11 +66,11 @@ TEST_CASE("a progress file carries operations from writer to reader", "[unit][pr
   const auto firstReady = after->commReadyNs;
   writer->markCommunicatorReady();  // only the first one counts
   CHECK(reader->read()->commReadyNs == firstReady);
-  fs::remove(path);
 }
 
 TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][progress]") {
-  const std::string path = freshPath();
+  const FreshPath fresh;
+  const std::string& path = fresh.path;
   REQUIRE(dtrun::progress::createProgressFile(path));
   auto writer = ProgressWriter::open(path);
   auto reader = ProgressReader::open(path);
@@ -103,11 +103,11 @@ TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][pro
   writing.join();
   CHECK(reader->read()->ops == kOps);
   CHECK(consistent > 0);
-  fs::remove(path);
 }
 
 TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
-  const std::string path = freshPath();
+  const FreshPath fresh;
+  const std::string& path = fresh.path;
   std::FILE* file = std::fopen(path.c_str(), "w");
   REQUIRE(file != nullptr);
   std::fputs(std::string(300, 'x').c_str(), file);
@@ -115,11 +115,11 @@ TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
   CHECK_FALSE(ProgressReader::open(path));
   CHECK_FALSE(ProgressWriter::open(path));
   CHECK_FALSE(ProgressReader::open(path + ".missing"));
-  fs::remove(path);
 }
 
 TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]") {
-  const std::string path = freshPath();
+  const FreshPath fresh;
+  const std::string& path = fresh.path;
   REQUIRE(dtrun::progress::createProgressFile(path));
   const std::string command = "DTRUN_PROGRESS_FILE=" + path +
                               " PYTHONPATH=" DTRUN_SOURCE_DIR
@@ -138,5 +138,4 @@ TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]")
   CHECK(s->opStartNs > 0);
   CHECK(s->storeConnectedNs > 0);
   CHECK(s->stackSignal == 0);  // no DTRUN_LOG_DIR: no faulthandler file, no signal offered
-  fs::remove(path);
 }

@@ -1,11 +1,13 @@
 // Status, Result and the error-propagation macros of dtrun/common.h; the shared text, fd and
 // signal-mask helpers of common/src.
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <thread>
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +16,7 @@
 
 #include "fd_io.h"
 #include "signal_mask.h"
+#include "support/process.h"
 #include "text.h"
 
 namespace {
@@ -127,24 +130,19 @@ TEST_CASE("DTRUN_ASSIGN_OR_RETURN declares, assigns and moves, or returns the fa
 TEST_CASE("DTRUN_CHECK aborts with the broken invariant named", "[unit][common]") {
   std::array<int, 2> fds{};
   REQUIRE(::pipe(fds.data()) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
+  dtrun::testing::ChildGuard child([&fds] {
     ::dup2(fds[1], STDERR_FILENO);
     const int workers = 3;
     DTRUN_CHECK(workers == 4, "the group has every worker");
-    ::_exit(0);
-  }
+    return 0;
+  });
   ::close(fds[1]);
   std::string text(512, '\0');
   const long n = dtrun::io::readFull(fds[0], text.data(), text.size());
   ::close(fds[0]);
   REQUIRE(n > 0);
   text.resize(static_cast<std::size_t>(n));
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  CHECK(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(child.wait() == 128 + SIGABRT);
   CHECK_THAT(text, Catch::Contains("CHECK(workers == 4) failed: the group has every worker"));
   CHECK_THAT(text, Catch::Contains("status_test.cpp"));
 }
@@ -180,6 +178,24 @@ TEST_CASE("writeAll and readFull move whole buffers through a pipe, readFull sto
   ::close(fds[0]);
   CHECK_FALSE(dtrun::io::writeAll(-1, std::string_view("x")));
   CHECK(dtrun::io::readFull(-1, buffer.data(), 1) == -1);
+}
+
+TEST_CASE("readFull gathers a buffer that arrives in pieces", "[unit][common]") {
+  std::array<int, 2> fds{};
+  REQUIRE(::pipe(fds.data()) == 0);
+  std::thread writer([&fds] {  // three writes, each a short read on the other end
+    for (const std::string_view piece : {"par", "tial ", "reads"}) {
+      static_cast<void>(dtrun::io::writeAll(fds[1], piece));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::close(fds[1]);
+  });
+  std::array<char, 13> buffer{};
+  const long n = dtrun::io::readFull(fds[0], buffer.data(), buffer.size());
+  writer.join();
+  ::close(fds[0]);
+  CHECK(n == 13);
+  CHECK(std::string(buffer.data(), buffer.size()) == "partial reads");
 }
 
 TEST_CASE("signals::block blocks exactly the given signals in this thread", "[unit][common]") {

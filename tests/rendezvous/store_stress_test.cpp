@@ -19,6 +19,7 @@
 
 #include "protocol.h"
 #include "rendezvous/raw_client.h"
+#include "support/scoped.h"
 #include "support/test_support.h"
 
 using namespace std::chrono_literals;
@@ -75,12 +76,10 @@ void raiseFileLimit(rlim_t needed) {
 class StoreProcess {
  public:
   explicit StoreProcess(const std::vector<std::string>& flags) {
-    std::string pattern = "/tmp/dtrun-stress.XXXXXX";
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    dir_ = pattern;
-    const std::string portFile = dir_ + "/port";
-    std::vector<std::string> args = {DTRUN_BINARY, "store",       "--host", "127.0.0.1",   "--port",
-                                     "0",          "--port-file", portFile, "--log-level", "info"};
+    REQUIRE(!dir_.path().empty());
+    const std::string portFile = dir_.path() / "port";
+    std::vector<std::string> args = {"store",       "--host", "127.0.0.1",   "--port", "0",
+                                     "--port-file", portFile, "--log-level", "info"};
     args.insert(args.end(), flags.begin(), flags.end());
     const std::string log = logPath();
     child_ = std::make_unique<dtrun::testing::ChildGuard>([&args, &log] {
@@ -94,13 +93,8 @@ class StoreProcess {
       const std::string asanOptions =
           std::string(asan != nullptr ? asan : "") + ":quarantine_size_mb=8";
       ::setenv("ASAN_OPTIONS", asanOptions.c_str(), 1);
-      std::vector<char*> argv;
-      argv.reserve(args.size() + 1);
-      for (auto& arg : args) {
-        argv.push_back(arg.data());
-      }
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      const dtrun::testing::Argv argv(DTRUN_BINARY, args);
+      ::execv(DTRUN_BINARY, argv.execArgv());
       return 127;
     });
     REQUIRE(dtrun::testing::waitUntil(
@@ -119,11 +113,7 @@ class StoreProcess {
   StoreProcess& operator=(const StoreProcess&) = delete;
   StoreProcess(StoreProcess&&) = delete;
   StoreProcess& operator=(StoreProcess&&) = delete;
-  ~StoreProcess() {
-    child_.reset();           // kills and reaps the store
-    std::error_code ignored;  // a leftover temp directory is not worth failing a test over
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  ~StoreProcess() = default;
 
   [[nodiscard]] std::uint16_t port() const { return port_; }
   [[nodiscard]] std::string log() const {
@@ -148,9 +138,10 @@ class StoreProcess {
   }
 
  private:
-  [[nodiscard]] std::string logPath() const { return dir_ + "/store.log"; }
-  std::string dir_;
+  [[nodiscard]] std::string logPath() const { return dir_.path() / "store.log"; }
+  dtrun::testing::TempDir dir_;
   std::uint16_t port_ = 0;
+  // Declared after dir_: the store is killed and reaped before its directory goes.
   std::unique_ptr<dtrun::testing::ChildGuard> child_;
 };
 

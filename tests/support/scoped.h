@@ -1,6 +1,6 @@
 // Test helpers that undo themselves: a temporary directory, an environment variable set for a
-// scope, and an argv for parsers that take (argc, argv). Not thread-safe (the environment is
-// process-wide).
+// scope, and an argv for parsers that take (argc, argv) and for execv. Not thread-safe (the
+// environment is process-wide).
 #pragma once
 
 #include <cstdlib>
@@ -62,24 +62,28 @@ class ScopedEnv {
   std::optional<std::string> previous_;
 };
 
-// `program` followed by `args`, as (argc, argv) for a parser; the strings live as long as this.
+// `program` followed by `args`, as (argc, argv) for a parser or a null-terminated argv for
+// execv; the strings live as long as this.
 class Argv {
  public:
   Argv(std::string program, const std::vector<std::string>& args) {
     strings_.push_back(std::move(program));
     strings_.insert(strings_.end(), args.begin(), args.end());
-    for (const std::string& s : strings_) {
-      pointers_.push_back(s.c_str());
+    for (std::string& s : strings_) {
+      pointers_.push_back(s.data());
     }
+    pointers_.push_back(nullptr);
   }
   Argv(const Argv&) = delete;
   Argv& operator=(const Argv&) = delete;
-  [[nodiscard]] int argc() const { return static_cast<int>(pointers_.size()); }
+  [[nodiscard]] int argc() const { return static_cast<int>(strings_.size()); }
   [[nodiscard]] const char* const* argv() const { return pointers_.data(); }
+  // exec's signature wants `char* const[]`; it writes to none of them.
+  [[nodiscard]] char* const* execArgv() const { return pointers_.data(); }
 
  private:
   std::vector<std::string> strings_;
-  std::vector<const char*> pointers_;
+  std::vector<char*> pointers_;  // one per string, then nullptr
 };
 
 }  // namespace dtrun::testing
