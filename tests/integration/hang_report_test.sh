@@ -17,7 +17,6 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" hang_report_test "$@"
-root=$ROOT
 WORKER=$BUILD/tests/worker_runtime/dtrt_hang_worker
 [[ -x $WORKER ]] || die "expected $WORKER (ninja -C build dtrt_hang_worker)"
 $PYTHON -c 'import jsonschema' 2>/dev/null || die "python3-jsonschema is missing (scripts/setup.sh installs it)"
@@ -36,64 +35,64 @@ PY
 
 # --- C++: a deadlock in all_reduce on rank 1 ---
 rc=0
-timeout 60 "$DTRUN" --nproc_per_node=4 --hang_timeout=3 --report="$tmp/cpp.json" \
-  --log_dir="$tmp/logs" --rdzv_id=cpp --no_python "$WORKER" >"$tmp/cpp.out" 2>&1 || rc=$?
-[[ $rc -eq 124 ]] || { tail -30 "$tmp/cpp.out" >&2; die "cpp: dtrun exited $rc, want 124 (hang)"; }
-grep -q "dtrun: hang: rank 1 on .* is in all_reduce #6 (group sub0) since .*; ranks 0,2-3 wait in all_reduce #6 (group world)" "$tmp/cpp.out" ||
-  { grep hang "$tmp/cpp.out" >&2; die "cpp: the console does not name rank 1 in all_reduce #6 and the others waiting"; }
-check "$tmp/cpp.json" 'r["outcome"] == "hang" and r["exit_code"] == 124' "cpp: outcome hang, exit 124"
-check "$tmp/cpp.json" 'r["hang"]["suspects"] == [1] and r["root_cause"]["rank"] == 1' "cpp: rank 1 is the suspect and the root cause"
-check "$tmp/cpp.json" '[x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["op"] == "all_reduce"' "cpp: rank 1 is in all_reduce"
-check "$tmp/cpp.json" '"stuckInAllReduce" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "cpp: rank 1's stack names stuckInAllReduce"
-check "$tmp/cpp.json" 'all(x["in_op_s"] < 120 for x in r["hang"]["ranks"])' "cpp: found before libdtrt's own timeout"
-check "$tmp/cpp.json" 'all(x["store_connected"] is not None and x["communicator_ready"] is not None for x in r["attempts"][0]["timeline"]["ranks"])' "cpp: libdtrt's timeline for every rank"
-grep -q stuckInAllReduce "$tmp/logs/cpp/attempt_0/hang.txt" || die "cpp: hang.txt lacks stuckInAllReduce"
-grep -q stuckInAllReduce "$tmp/logs/cpp/attempt_0/1/stack.txt" || die "cpp: rank 1's stack.txt lacks stuckInAllReduce"
+timeout 60 "$DTRUN" --nproc_per_node=4 --hang_timeout=3 --report="$work/cpp.json" \
+  --log_dir="$work/logs" --rdzv_id=cpp --no_python "$WORKER" >"$work/cpp.out" 2>&1 || rc=$?
+[[ $rc -eq 124 ]] || { tail -30 "$work/cpp.out" >&2; die "cpp: dtrun exited $rc, want 124 (hang)"; }
+grep -q "dtrun: hang: rank 1 on .* is in all_reduce #6 (group sub0) since .*; ranks 0,2-3 wait in all_reduce #6 (group world)" "$work/cpp.out" ||
+  { grep hang "$work/cpp.out" >&2; die "cpp: the console does not name rank 1 in all_reduce #6 and the others waiting"; }
+check "$work/cpp.json" 'r["outcome"] == "hang" and r["exit_code"] == 124' "cpp: outcome hang, exit 124"
+check "$work/cpp.json" 'r["hang"]["suspects"] == [1] and r["root_cause"]["rank"] == 1' "cpp: rank 1 is the suspect and the root cause"
+check "$work/cpp.json" '[x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["op"] == "all_reduce"' "cpp: rank 1 is in all_reduce"
+check "$work/cpp.json" '"stuckInAllReduce" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "cpp: rank 1's stack names stuckInAllReduce"
+check "$work/cpp.json" 'all(x["in_op_s"] < 120 for x in r["hang"]["ranks"])' "cpp: found before libdtrt's own timeout"
+check "$work/cpp.json" 'all(x["store_connected"] is not None and x["communicator_ready"] is not None for x in r["attempts"][0]["timeline"]["ranks"])' "cpp: libdtrt's timeline for every rank"
+grep -q stuckInAllReduce "$work/logs/cpp/attempt_0/hang.txt" || die "cpp: hang.txt lacks stuckInAllReduce"
+grep -q stuckInAllReduce "$work/logs/cpp/attempt_0/1/stack.txt" || die "cpp: rank 1's stack.txt lacks stuckInAllReduce"
 
 # --- Python: rank 1 sleeps forever ---
 rc=0
-PYTHONPATH=$root/python timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 \
-  --report="$tmp/py.json" --log_dir="$tmp/logs" --rdzv_id=py \
-  "$root/tests/integration/workers/hang_sleep.py" >"$tmp/py.out" 2>&1 || rc=$?
-[[ $rc -eq 124 ]] || { tail -30 "$tmp/py.out" >&2; die "python: dtrun exited $rc, want 124"; }
-check "$tmp/py.json" 'r["hang"]["suspects"] == [1]' "python: rank 1 is the suspect"
-check "$tmp/py.json" '[x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["op"] == "load_batch"' "python: rank 1 is in load_batch"
-check "$tmp/py.json" '"load_batch_forever" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "python: rank 1's faulthandler stack names load_batch_forever"
-check "$tmp/py.json" '"wait_in_all_reduce" in [x for x in r["hang"]["ranks"] if x["rank"] == 0][0]["stack"]' "python: rank 0's stack names wait_in_all_reduce"
+PYTHONPATH=$ROOT/python timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 \
+  --report="$work/py.json" --log_dir="$work/logs" --rdzv_id=py \
+  "$ROOT/tests/integration/workers/hang_sleep.py" >"$work/py.out" 2>&1 || rc=$?
+[[ $rc -eq 124 ]] || { tail -30 "$work/py.out" >&2; die "python: dtrun exited $rc, want 124"; }
+check "$work/py.json" 'r["hang"]["suspects"] == [1]' "python: rank 1 is the suspect"
+check "$work/py.json" '[x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["op"] == "load_batch"' "python: rank 1 is in load_batch"
+check "$work/py.json" '"load_batch_forever" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "python: rank 1's faulthandler stack names load_batch_forever"
+check "$work/py.json" '"wait_in_all_reduce" in [x for x in r["hang"]["ranks"] if x["rank"] == 0][0]["stack"]' "python: rank 0's stack names wait_in_all_reduce"
 
 # --- a hang in every attempt: the restart rules apply ---
 rc=0
-timeout 90 "$DTRUN" --nproc_per_node=2 --hang_timeout=2 --max_restarts=1 --report="$tmp/restart.json" \
-  --log_dir="$tmp/logs" --rdzv_id=restart --no_python "$WORKER" --steps=2 >"$tmp/restart.out" 2>&1 || rc=$?
-[[ $rc -eq 124 ]] || { tail -30 "$tmp/restart.out" >&2; die "restart: dtrun exited $rc, want 124"; }
-check "$tmp/restart.json" '[a["cause"] for a in r["attempts"]] == ["hang", "hang"]' "restart: two hang attempts"
+timeout 90 "$DTRUN" --nproc_per_node=2 --hang_timeout=2 --max_restarts=1 --report="$work/restart.json" \
+  --log_dir="$work/logs" --rdzv_id=restart --no_python "$WORKER" --steps=2 >"$work/restart.out" 2>&1 || rc=$?
+[[ $rc -eq 124 ]] || { tail -30 "$work/restart.out" >&2; die "restart: dtrun exited $rc, want 124"; }
+check "$work/restart.json" '[a["cause"] for a in r["attempts"]] == ["hang", "hang"]' "restart: two hang attempts"
 
 # --- two nodes: the suspect runs on the other node ---
 port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for node in 0 1; do
   timeout 60 "$DTRUN" --nnodes=2 --node_rank=$node --master_addr=127.0.0.1 --master_port="$port" \
     --rdzv_id=nodes --rdzv_conf=keep_alive_interval=0.5,close_timeout=5 --nproc_per_node=2 \
-    --hang_timeout=3 --report="$tmp/node$node.json" --log_dir="$tmp/logs/node$node" \
-    --no_python "$WORKER" --stuck=3 >"$tmp/node$node.out" 2>&1 &
-  agents+=("$!")
+    --hang_timeout=3 --report="$work/node$node.json" --log_dir="$work/logs/node$node" \
+    --no_python "$WORKER" --stuck=3 >"$work/node$node.out" 2>&1 &
+  pids+=("$!")
 done
 for node in 0 1; do
   rc=0
-  wait "${agents[$node]}" || rc=$?
-  [[ $rc -eq 124 ]] || { tail -30 "$tmp/node$node.out" >&2; die "nodes: node $node exited $rc, want 124"; }
+  wait "${pids[$node]}" || rc=$?
+  [[ $rc -eq 124 ]] || { tail -30 "$work/node$node.out" >&2; die "nodes: node $node exited $rc, want 124"; }
 done
-agents=()
+pids=()
 for node in 0 1; do
-  check "$tmp/node$node.json" 'r["hang"] is not None and r["nodes"]["count"] == 2 and r["world_size"] == 4' "nodes: node $node recorded the hang"
-  check "$tmp/node$node.json" '0 <= (t := r["attempts"][0]["timeline"])["rendezvous_joined"] <= t["round_closed"] <= t["workers_spawned"]' "nodes: node $node's timeline has its rendezvous"
+  check "$work/node$node.json" 'r["hang"] is not None and r["nodes"]["count"] == 2 and r["world_size"] == 4' "nodes: node $node recorded the hang"
+  check "$work/node$node.json" '0 <= (t := r["attempts"][0]["timeline"])["rendezvous_joined"] <= t["round_closed"] <= t["workers_spawned"]' "nodes: node $node's timeline has its rendezvous"
 done
 # Whichever node found it, the job's hang names rank 3 (node 1) as the suspect and rank 0 waiting.
-grep -h "dtrun: hang: " "$tmp/node0.out" "$tmp/node1.out" | grep -q "rank 3 on .* is in all_reduce #6 (group sub0)" ||
-  { grep -h "hang" "$tmp/node0.out" "$tmp/node1.out" >&2; die "nodes: no diagnosis names rank 3 in all_reduce #6 (group sub0)"; }
-grep -q stuckInAllReduce "$tmp/logs/node1/nodes/attempt_0/hang.txt" || die "nodes: node 1's hang.txt lacks stuckInAllReduce"
-grep -q "rank 0 (local rank 0" "$tmp/logs/node0/nodes/attempt_0/hang.txt" || die "nodes: node 0 did not dump its own stacks"
+grep -h "dtrun: hang: " "$work/node0.out" "$work/node1.out" | grep -q "rank 3 on .* is in all_reduce #6 (group sub0)" ||
+  { grep -h "hang" "$work/node0.out" "$work/node1.out" >&2; die "nodes: no diagnosis names rank 3 in all_reduce #6 (group sub0)"; }
+grep -q stuckInAllReduce "$work/logs/node1/nodes/attempt_0/hang.txt" || die "nodes: node 1's hang.txt lacks stuckInAllReduce"
+grep -q "rank 0 (local rank 0" "$work/logs/node0/nodes/attempt_0/hang.txt" || die "nodes: node 0 did not dump its own stacks"
 
-$PYTHON "$root/tests/integration/validate_report.py" "$root/docs/report.schema.json" \
-  "$tmp/cpp.json" "$tmp/py.json" "$tmp/restart.json" "$tmp/node0.json" "$tmp/node1.json" ||
+$PYTHON "$ROOT/tests/integration/validate_report.py" "$ROOT/docs/report.schema.json" \
+  "$work/cpp.json" "$work/py.json" "$work/restart.json" "$work/node0.json" "$work/node1.json" ||
   die "a hang report does not match the schema"
 echo "hang_report_test: passed"

@@ -5,24 +5,9 @@
 # No case here reaches the agent: each stops at the command line. Loopback only.
 set -euo pipefail
 
-DTRUN=${1:?usage: launcher_cli_test.sh /path/to/dtrun}
-tmp=$(mktemp -d)
-store_pid=""
-cleanup() {
-  if [[ -n $store_pid ]]; then
-    kill -KILL "$store_pid" 2>/dev/null || true
-    wait "$store_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-die() { echo "launcher_cli_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
-# The cases assume torchrun's defaults: drop any PET_* and torchelastic settings inherited.
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" launcher_cli_test "$@"
+# The cases assume torchrun's defaults: drop the torchelastic settings inherited (PET_* are gone).
 unset TORCH_ELASTIC_SHUTDOWN_TIMEOUT PYTHON_EXEC
 
 failures=0
@@ -33,20 +18,20 @@ expect_usage_error() {
   local want=$1 rc=0
   shift
   cases=$((cases + 1))
-  timeout 10 "$DTRUN" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
+  timeout 10 "$DTRUN" "$@" >"$work/out" 2>"$work/err" </dev/null || rc=$?
   local lines
-  lines=$(wc -l <"$tmp/err")
+  lines=$(wc -l <"$work/err")
   local problem=""
   [[ $rc -eq 2 ]] || problem+=" exit $rc (want 2);"
   [[ $lines -eq 1 ]] || problem+=" $lines stderr lines (want 1);"
-  [[ ! -s $tmp/out ]] || problem+=" stdout not empty;"
-  grep -q "^dtrun: " "$tmp/err" || problem+=" stderr does not start with 'dtrun: ';"
-  grep -qF -- "$want" "$tmp/err" || problem+=" stderr does not name '$want';"
+  [[ ! -s $work/out ]] || problem+=" stdout not empty;"
+  grep -q "^dtrun: " "$work/err" || problem+=" stderr does not start with 'dtrun: ';"
+  grep -qF -- "$want" "$work/err" || problem+=" stderr does not name '$want';"
   if [[ -n $problem ]]; then
     failures=$((failures + 1))
     echo "launcher_cli_test: FAIL: dtrun $*:$problem" >&2
-    sed 's/^/    stderr: /' "$tmp/err" >&2
-    sed 's/^/    stdout: /' "$tmp/out" >&2
+    sed 's/^/    stderr: /' "$work/err" >&2
+    sed 's/^/    stdout: /' "$work/out" >&2
   fi
 }
 
@@ -96,11 +81,11 @@ expect_usage_error "missing the entrypoint" --
 expect_env() {  # <variable=value> <text>: like expect_usage_error with that variable set
   local assignment=$1 want=$2 rc=0
   cases=$((cases + 1))
-  env "$assignment" timeout 10 "$DTRUN" train.py >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
-  if [[ $rc -ne 2 || $(wc -l <"$tmp/err") -ne 1 || -s $tmp/out ]] || ! grep -qF -- "$want" "$tmp/err"; then
+  env "$assignment" timeout 10 "$DTRUN" train.py >"$work/out" 2>"$work/err" </dev/null || rc=$?
+  if [[ $rc -ne 2 || $(wc -l <"$work/err") -ne 1 || -s $work/out ]] || ! grep -qF -- "$want" "$work/err"; then
     failures=$((failures + 1))
     echo "launcher_cli_test: FAIL: $assignment dtrun train.py: exit $rc" >&2
-    sed 's/^/    stderr: /' "$tmp/err" >&2
+    sed 's/^/    stderr: /' "$work/err" >&2
   fi
 }
 expect_env PET_NPROC_PER_NODE=abc PET_NPROC_PER_NODE
@@ -115,39 +100,40 @@ expect_usage_error --bogus store --bogus
 # --help: exit 0, the options on stdout, both spellings listed.
 cases=$((cases + 1))
 rc=0
-"$DTRUN" --help >"$tmp/help" 2>"$tmp/err" || rc=$?
-if [[ $rc -ne 0 ]] || ! grep -q -- "--nproc_per_node,--nproc-per-node" "$tmp/help" ||
-  ! grep -q -- "-m,--module" "$tmp/help"; then
+"$DTRUN" --help >"$work/help" 2>"$work/err" || rc=$?
+if [[ $rc -ne 0 ]] || ! grep -q -- "--nproc_per_node,--nproc-per-node" "$work/help" ||
+  ! grep -q -- "-m,--module" "$work/help"; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun --help exited $rc or lacks the options" >&2
 fi
 cases=$((cases + 1))
 rc=0
-"$DTRUN" store --help >"$tmp/help" 2>"$tmp/err" || rc=$?
-if [[ $rc -ne 0 ]] || ! grep -q -- "--port-file" "$tmp/help"; then
+"$DTRUN" store --help >"$work/help" 2>"$work/err" || rc=$?
+if [[ $rc -ne 0 ]] || ! grep -q -- "--port-file" "$work/help"; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun store --help exited $rc or lacks its options" >&2
 fi
 
 # `dtrun store --port 0` serves on a free port and exits 0 on SIGTERM (two cases).
 cases=$((cases + 2))
-"$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$tmp/port" --log-level warn \
-  >"$tmp/store.log" 2>&1 &
+"$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$work/port" --log-level warn \
+  >"$work/store.log" 2>&1 &
 store_pid=$!
+pids+=("$store_pid")
 for _ in $(seq 100); do
-  grep -q "listening on port" "$tmp/store.log" 2>/dev/null && break
+  grep -q "listening on port" "$work/store.log" 2>/dev/null && break
   sleep 0.1
 done
-port=$(cat "$tmp/port" 2>/dev/null || true)
-if [[ ! $port =~ ^[0-9]+$ || $port -eq 0 ]] || ! grep -q "^dtrun store: listening on port $port\$" "$tmp/store.log"; then
+port=$(cat "$work/port" 2>/dev/null || true)
+if [[ ! $port =~ ^[0-9]+$ || $port -eq 0 ]] || ! grep -q "^dtrun store: listening on port $port\$" "$work/store.log"; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun store --port 0 did not report a port" >&2
-  sed 's/^/    /' "$tmp/store.log" >&2
+  sed 's/^/    /' "$work/store.log" >&2
 fi
 kill -TERM "$store_pid" 2>/dev/null || true
 rc=0
 wait "$store_pid" || rc=$?
-store_pid=""
+pids=()  # reaped
 if [[ $rc -ne 0 ]]; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun store exited $rc on SIGTERM" >&2

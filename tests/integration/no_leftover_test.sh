@@ -43,7 +43,7 @@ print(f"no_leftover_test: {name} ok (exit {rc}, nothing left)")
 PY
 }
 
-check success 0 0 -- --nproc_per_node=4 --log_dir="$tmp/a" --no_python /bin/true
-check failure 1 0 -- --nproc_per_node=2 --max_restarts=1 --log_dir="$tmp/b" --no_python /bin/false
-check sigterm 143 1 -- --nproc_per_node=2 --log_dir="$tmp/c" --no_python /bin/sleep 30
+check success 0 0 -- --nproc_per_node=4 --log_dir="$work/a" --no_python /bin/true
+check failure 1 0 -- --nproc_per_node=2 --max_restarts=1 --log_dir="$work/b" --no_python /bin/false
+check sigterm 143 1 -- --nproc_per_node=2 --log_dir="$work/c" --no_python /bin/sleep 30
 echo "no_leftover_test: PASS"

@@ -9,7 +9,6 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" run_report_test "$@"
-root=$ROOT
 workers=$HERE/workers
 LIBDTRT_WORKER=$BUILD/tests/worker_runtime/dtrt_hang_worker
 [[ -x $LIBDTRT_WORKER ]] || die "expected $LIBDTRT_WORKER (ninja -C build dtrt_hang_worker)"
@@ -27,67 +26,67 @@ PY
 run() {
   local name=$1 want=$2 rc=0
   shift 2
-  timeout 60 "$DTRUN" --report="$tmp/$name.json" --log_dir="$tmp/logs" --rdzv_id="$name" "$@" \
-    >"$tmp/$name.out" 2>&1 </dev/null || rc=$?
-  [[ $rc -eq $want ]] || { tail -20 "$tmp/$name.out" >&2; die "$name: dtrun exited $rc, want $want"; }
-  [[ -s $tmp/$name.json ]] || die "$name: no report at $tmp/$name.json"
+  timeout 60 "$DTRUN" --report="$work/$name.json" --log_dir="$work/logs" --rdzv_id="$name" "$@" \
+    >"$work/$name.out" 2>&1 </dev/null || rc=$?
+  [[ $rc -eq $want ]] || { tail -20 "$work/$name.out" >&2; die "$name: dtrun exited $rc, want $want"; }
+  [[ -s $work/$name.json ]] || die "$name: no report at $work/$name.json"
 }
 
 # Success, with libdtrt workers: every rank's timeline is complete and ordered.
 run success 0 --nproc_per_node=3 --verbose --no_python "$LIBDTRT_WORKER" --ok
-check "$tmp/success.json" 'r["outcome"] == "succeeded" and r["exit_code"] == 0 and r["root_cause"] is None and r["hang"] is None' "success: outcome"
-check "$tmp/success.json" '[x["exit_code"] for x in r["attempts"][0]["ranks"]] == [0, 0, 0] and r["world_size"] == 3' "success: every rank exit 0"
-check "$tmp/success.json" 'all(0 <= t["workers_spawned"] <= x["store_connected"] <= x["communicator_ready"] for t in [r["attempts"][0]["timeline"]] for x in t["ranks"])' "success: timeline in order"
-grep -q "dtrun: startup timeline of attempt 0" "$tmp/success.out" || die "success: --verbose printed no timeline"
-grep -qE "rank 2 communicator ready +[0-9]+\.[0-9]{3}$" "$tmp/success.out" || die "success: the timeline lacks rank 2's communicator"
-grep -q "dtrun: job 'success' succeeded after 1 attempt(s)" "$tmp/success.out" || die "success: no summary line"
+check "$work/success.json" 'r["outcome"] == "succeeded" and r["exit_code"] == 0 and r["root_cause"] is None and r["hang"] is None' "success: outcome"
+check "$work/success.json" '[x["exit_code"] for x in r["attempts"][0]["ranks"]] == [0, 0, 0] and r["world_size"] == 3' "success: every rank exit 0"
+check "$work/success.json" 'all(0 <= t["workers_spawned"] <= x["store_connected"] <= x["communicator_ready"] for t in [r["attempts"][0]["timeline"]] for x in t["ranks"])' "success: timeline in order"
+grep -q "dtrun: startup timeline of attempt 0" "$work/success.out" || die "success: --verbose printed no timeline"
+grep -qE "rank 2 communicator ready +[0-9]+\.[0-9]{3}$" "$work/success.out" || die "success: the timeline lacks rank 2's communicator"
+grep -q "dtrun: job 'success' succeeded after 1 attempt(s)" "$work/success.out" || die "success: no summary line"
 
 # Failure: rank 1 exits 5 after 4 stderr lines; the root cause carries them.
 run failure 5 --nproc_per_node=2 --shutdown_timeout=5 --no_python "$workers/exit_code.sh" stderr:4
-check "$tmp/failure.json" 'r["outcome"] == "failed" and r["exit_code"] == 5' "failure: outcome"
-check "$tmp/failure.json" 'r["root_cause"]["rank"] == 1 and r["root_cause"]["exit_code"] == 5 and "stderr line 4 of rank 1" in r["root_cause"]["message"]' "failure: root cause with its stderr"
-check "$tmp/failure.json" 'r["attempts"][0]["cause"] == "worker_failed" and r["attempts"][0]["ranks"][0]["signal"] == "SIGTERM"' "failure: rank 0 stopped by SIGTERM"
-grep -q "root cause: rank 1 (local rank 1, pid [0-9]*) on .*: exit code 5" "$tmp/failure.out" || die "failure: the summary lacks the root cause"
+check "$work/failure.json" 'r["outcome"] == "failed" and r["exit_code"] == 5' "failure: outcome"
+check "$work/failure.json" 'r["root_cause"]["rank"] == 1 and r["root_cause"]["exit_code"] == 5 and "stderr line 4 of rank 1" in r["root_cause"]["message"]' "failure: root cause with its stderr"
+check "$work/failure.json" 'r["attempts"][0]["cause"] == "worker_failed" and r["attempts"][0]["ranks"][0]["signal"] == "SIGTERM"' "failure: rank 0 stopped by SIGTERM"
+grep -q "root cause: rank 1 (local rank 1, pid [0-9]*) on .*: exit code 5" "$work/failure.out" || die "failure: the summary lacks the root cause"
 
 # A restart: attempt 0 fails, attempt 1 succeeds.
 run restart 0 --nproc_per_node=2 --max_restarts=2 --no_python "$workers/flaky.sh" 1 7 0
-check "$tmp/restart.json" '[a["cause"] for a in r["attempts"]] == ["worker_failed", "succeeded"] and r["outcome"] == "succeeded"' "restart: two attempts"
-check "$tmp/restart.json" 'r["attempts"][0]["ranks"][0]["exit_code"] == 7 and r["attempts"][1]["attempt"] == 1' "restart: attempt 0's exit code"
-grep -q "attempt 0: .* worker_failed: rank 0 failed: exit code 7" "$tmp/restart.out" || die "restart: the summary lacks attempt 0"
+check "$work/restart.json" '[a["cause"] for a in r["attempts"]] == ["worker_failed", "succeeded"] and r["outcome"] == "succeeded"' "restart: two attempts"
+check "$work/restart.json" 'r["attempts"][0]["ranks"][0]["exit_code"] == 7 and r["attempts"][1]["attempt"] == 1' "restart: attempt 0's exit code"
+grep -q "attempt 0: .* worker_failed: rank 0 failed: exit code 7" "$work/restart.out" || die "restart: the summary lacks attempt 0"
 
 # Stopped by SIGTERM: the report is still written, outcome signal, exit 143.
-timeout 60 "$DTRUN" --report="$tmp/signal.json" --log_dir="$tmp/logs" --rdzv_id=signal \
-  --nproc_per_node=2 --no_python "$workers/exit_code.sh" none >"$tmp/signal.out" 2>&1 </dev/null &
+timeout 60 "$DTRUN" --report="$work/signal.json" --log_dir="$work/logs" --rdzv_id=signal \
+  --nproc_per_node=2 --no_python "$workers/exit_code.sh" none >"$work/signal.out" 2>&1 </dev/null &
 dtrun_pid=$!
-agents+=("$dtrun_pid")
+pids+=("$dtrun_pid")
 for _ in $(seq 1 200); do
-  [[ -s $tmp/logs/signal/attempt_0/1/pid ]] && break
+  [[ -s $work/logs/signal/attempt_0/1/pid ]] && break
   sleep 0.05
 done
-[[ -s $tmp/logs/signal/attempt_0/1/pid ]] || die "signal: the workers did not start within 10 s"
+[[ -s $work/logs/signal/attempt_0/1/pid ]] || die "signal: the workers did not start within 10 s"
 kill -TERM "$dtrun_pid"
 rc=0
 wait "$dtrun_pid" || rc=$?
 [[ $rc -eq 143 ]] || die "signal: dtrun exited $rc, want 143"
-check "$tmp/signal.json" 'r["outcome"] == "signal" and r["attempts"][0]["cause"] == "signal" and r["exit_code"] == 143' "signal: outcome"
+check "$work/signal.json" 'r["outcome"] == "signal" and r["attempts"][0]["cause"] == "signal" and r["exit_code"] == 143' "signal: outcome"
 
 # A report path that cannot be written: one line says so; the job's own exit code stays.
 run_rc=0
-timeout 30 "$DTRUN" --report="$tmp/missing-dir/r.json" --nproc_per_node=1 --no_python /bin/true \
-  >"$tmp/unwritable.out" 2>&1 </dev/null || run_rc=$?
+timeout 30 "$DTRUN" --report="$work/missing-dir/r.json" --nproc_per_node=1 --no_python /bin/true \
+  >"$work/unwritable.out" 2>&1 </dev/null || run_rc=$?
 [[ $run_rc -eq 0 ]] || die "unwritable: dtrun exited $run_rc, want 0"
-grep -q "dtrun: cannot write the run report to $tmp/missing-dir/r.json" "$tmp/unwritable.out" ||
+grep -q "dtrun: cannot write the run report to $work/missing-dir/r.json" "$work/unwritable.out" ||
   die "unwritable: no line names the report path"
 
-$PYTHON "$root/tests/integration/validate_report.py" "$root/docs/report.schema.json" \
-  "$tmp/success.json" "$tmp/failure.json" "$tmp/restart.json" "$tmp/signal.json" ||
+$PYTHON "$ROOT/tests/integration/validate_report.py" "$ROOT/docs/report.schema.json" \
+  "$work/success.json" "$work/failure.json" "$work/restart.json" "$work/signal.json" ||
   die "a report does not match the schema"
 # The validator rejects what the schema forbids: a report without its outcome.
 $PYTHON -c 'import json, sys; r = json.load(open(sys.argv[1])); del r["outcome"]; json.dump(r, open(sys.argv[2], "w"))' \
-  "$tmp/success.json" "$tmp/broken.json"
-if $PYTHON "$root/tests/integration/validate_report.py" "$root/docs/report.schema.json" \
-  "$tmp/broken.json" >"$tmp/broken.out"; then
+  "$work/success.json" "$work/broken.json"
+if $PYTHON "$ROOT/tests/integration/validate_report.py" "$ROOT/docs/report.schema.json" \
+  "$work/broken.json" >"$work/broken.out"; then
   die "a report without 'outcome' passed the schema"
 fi
-grep -q "'outcome' is a required property" "$tmp/broken.out" || die "the validator did not name 'outcome'"
+grep -q "'outcome' is a required property" "$work/broken.out" || die "the validator did not name 'outcome'"
 echo "run_report_test: passed"

@@ -6,12 +6,9 @@
 # here opens a port beyond loopback; one mktemp directory, removed on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: scheduler_cli_test.sh /path/to/dtrun}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "scheduler_cli_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || fail "dtrun binary: expected an executable at '$DTRUN'"
-while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(SLURM|PBS)_|^PET_' || true)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" scheduler_cli_test "$@"
+clear_scheduler_env
 
 step=(SLURM_JOB_ID=55 SLURM_STEP_ID=0 SLURM_STEP_NODELIST='n[1-2]' SLURM_STEP_NUM_NODES=2
   SLURM_NODEID=1 SLURM_STEP_TASKS_PER_NODE='1(x2)')
@@ -24,10 +21,10 @@ refused() {
   while [[ $1 != -- ]]; do assignments+=("$1"); shift; done
   shift
   env "${assignments[@]}" "$DTRUN" "$@" >"$work/out" 2>"$work/err" || rc=$?
-  [[ $rc -eq 2 ]] || fail "expected exit 2 for '$want', got $rc: $(cat "$work/err")"
-  [[ $(grep -c . "$work/err") -eq 1 ]] || fail "expected one line on stderr for '$want', got: $(cat "$work/err")"
-  grep -qF -- "$want" "$work/err" || fail "expected '$want' on stderr, got: $(cat "$work/err")"
-  [[ ! -s $work/out ]] || fail "expected nothing on stdout for '$want'"
+  [[ $rc -eq 2 ]] || die "expected exit 2 for '$want', got $rc: $(cat "$work/err")"
+  [[ $(grep -c . "$work/err") -eq 1 ]] || die "expected one line on stderr for '$want', got: $(cat "$work/err")"
+  grep -qF -- "$want" "$work/err" || die "expected '$want' on stderr, got: $(cat "$work/err")"
+  [[ ! -s $work/out ]] || die "expected nothing on stdout for '$want'"
   cases=$((cases + 1))
 }
 
@@ -52,20 +49,20 @@ refused "dtrun: --scheduler slurm: SLURM_JOB_ID is not set" \
 env SLURM_JOB_ID=56 SLURM_STEP_ID=2 SLURM_STEP_NODELIST=n1 SLURM_NODEID=0 \
   SLURM_STEP_TASKS_PER_NODE=1 OMP_NUM_THREADS=1 "$DTRUN" --nproc_per_node=2 \
   --log_dir="$work/logs" --no_python true >"$work/out" 2>"$work/err" ||
-  fail "one-node step: dtrun exited $?: $(tail -n 5 "$work/err")"
-[[ -d $work/logs/56.2/attempt_0/1 ]] || fail "one-node step: expected logs under 56.2/, got $(ls "$work/logs")"
+  die "one-node step: dtrun exited $?: $(tail -n 5 "$work/err")"
+[[ -d $work/logs/56.2/attempt_0/1 ]] || die "one-node step: expected logs under 56.2/, got $(ls "$work/logs")"
 grep -q "scheduler           : slurm job 56.2: 1 node from SLURM_STEP_NODELIST=n1" "$work/err" ||
-  fail "one-node step: the banner lacks the scheduler row"
+  die "one-node step: the banner lacks the scheduler row"
 grep -q "rdzv_endpoint       : 127.0.0.1:0 (a free port)" "$work/err" ||
-  fail "one-node step: expected a single-node store on a free port"
+  die "one-node step: expected a single-node store on a free port"
 cases=$((cases + 1))
 
 # --scheduler none: the broken allocation is not read at all.
 env "${step[@]}" SLURM_STEP_NODELIST='n[1-2' "$DTRUN" --scheduler none --log_dir="$work/logs" \
   --no_python true >"$work/out" 2>"$work/err" ||
-  fail "--scheduler none: dtrun exited $?: $(tail -n 5 "$work/err")"
+  die "--scheduler none: dtrun exited $?: $(tail -n 5 "$work/err")"
 grep -q "scheduler           : none (--scheduler none)" "$work/err" ||
-  fail "--scheduler none: the banner does not say so"
+  die "--scheduler none: the banner does not say so"
 cases=$((cases + 1))
 
 echo "scheduler_cli_test: all $cases cases passed"

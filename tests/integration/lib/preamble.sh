@@ -1,29 +1,54 @@
-# Sourced first by the integration tests, after `set -euo pipefail`:
+# Sourced first by every integration test (runtime_test.sh aside), after its `set` line:
 #   source "$(dirname "$0")/lib/preamble.sh" <test name> "$@"
-# It gives: DTRUN (the dtrun binary, checked), HERE (tests/integration), ROOT (the repository),
-# BUILD (the build tree of that dtrun), PYTHON (/usr/bin/python3, the interpreter with torch),
-# die "<why>" (one FAIL line naming the test, exit 1), no PET_* variable in the environment (each
-# test sets its options itself), tmp (a fresh directory) and agents (pids of background
-# processes): on exit every pid in agents is SIGKILLed and reaped, then tmp is removed.
+# It gives:
+#   DTRUN      the dtrun binary ($1, checked); BUILD its build tree; HERE tests/integration;
+#              ROOT the repository
+#   PYTHON     /usr/bin/python3, the interpreter with torch 1.13 (the python3 on PATH may lack it)
+#   SANITIZED  1 when DTRUN comes from an ASan/TSan tree (build-asan/, build-tsan/), else 0
+#   LIMIT      seconds one dtrun run or agent may take: 60, or 120 in a sanitizer tree
+#   die <why>        one FAIL line naming the test, then exit 1
+#   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
+#   pass <what>      one line naming the test
+#   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
+#   work       a fresh directory; pids: background processes the test started
+#   at_exit <command>    runs <command> on exit (in order of registration)
+# On exit: every pid in pids is SIGKILLed and reaped, then the at_exit commands run, then work is
+# removed. No PET_* variable stays in the environment: each test sets its options itself.
 # shellcheck shell=bash
 TEST_NAME=$1
 shift
 DTRUN=${1:?usage: $TEST_NAME.sh /path/to/dtrun}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 PYTHON=/usr/bin/python3
 die() { echo "$TEST_NAME: FAIL: $*" >&2; exit 1; }
+fail_count=0
+note_fail() { echo "$TEST_NAME: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
+pass() { echo "$TEST_NAME: $*"; }
 [[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
-for var in $(compgen -e); do
-  [[ $var == PET_* ]] && unset "$var"
-done
-tmp=$(mktemp -d)
-agents=()
+BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
+SANITIZED=0
+[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || SANITIZED=1
+LIMIT=$((SANITIZED ? 120 : 60))
+
+preamble_unset_matching() {  # <extended regex>: unsets every variable whose name matches
+  local var
+  for var in $(compgen -e); do
+    if [[ $var =~ $1 ]]; then unset "$var"; fi
+  done
+}
+clear_scheduler_env() { preamble_unset_matching '^(SLURM|PBS)_'; }
+preamble_unset_matching '^PET_'
+
+work=$(mktemp -d)
+pids=()
+exit_commands=()
+at_exit() { exit_commands+=("$*"); }
 preamble_cleanup() {
-  local p
-  for p in "${agents[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${agents[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
+  local p c
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for c in "${exit_commands[@]}"; do eval "$c" || true; done
+  rm -rf "$work"
 }
 trap preamble_cleanup EXIT
