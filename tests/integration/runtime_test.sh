@@ -8,7 +8,8 @@
 #   (ops        every operation x dtype x ReduceOp, p2p with tags, sub-groups for tcp and gloo
 #               run in-process: tests/runtime/group_checks_test.cpp, ranks as threads, world
 #               sizes 1-4, the same checks; real processes are kept for what needs them below)
-#   compare     the same seeded data through tcp and gloo, at 2 and 3 ranks
+#   (compare    tcp against gloo on seeded random data: tests/runtime/group_checks_test.cpp,
+#               compare_checks.h, ranks as threads, world sizes 2 and 3)
 #   early-exit  rank 2 of 3 exits 3 after the group formed or before it (tcp, gloo): the
 #               others report CommError/TimeoutError naming rank 2 within DTRUN_TIMEOUT + 5 s;
 #               dtrun exits 3
@@ -117,22 +118,6 @@ ranks() { seq 0 $(($1 - 1)); }
 # ranks_of <n>: sets the array rank_list to 0 .. n-1.
 rank_list=()
 ranks_of() { mapfile -t rank_list < <(ranks "$1"); }
-
-# ---------------------------------------------------------------------------------------------
-# compare: tcp against gloo on the same seeded data.
-for n in 2 3; do
-  name=compare_$n
-  run "$name" "$n" -- compare
-  ranks_of "$n"
-  if expect_rc "$name" 0 && expect_clean "$name" 0 "${rank_list[@]}"; then
-    ok=0
-    for r in $(ranks "$n"); do
-      expect_line "$name" 0 "$r" "PASS compare all checks ran" || ok=1
-      expect_line "$name" 0 "$r" "PASS compare second tcp world group" || ok=1
-    done
-    [[ $ok -ne 0 ]] || echo "runtime_test: $name ok ($(passes "$name") PASS, $(skips "$name") SKIP, $elapsed s)"
-  fi
-done
 
 # ---------------------------------------------------------------------------------------------
 # early-exit: rank 2 of 3 exits 3; ranks 0 and 1 ignore dtrun's SIGTERM long enough

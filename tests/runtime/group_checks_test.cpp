@@ -1,9 +1,11 @@
 // The check worker's full per-group checks (tests/worker_runtime/ops_checks.h: every collective
 // x dtype x ReduceOp at lengths 1, 7, 1001 and 100003 against its own oracle, p2p with tags out of
 // order, sub-groups, Work::wait timeouts, SIGPIPE after a gloo group) with ranks as threads of
-// this process, through init(Membership). Real processes (tests/integration/runtime_test.sh)
+// this process, through init(Membership); and compare_checks.h: tcp against gloo on seeded random
+// data. Real processes (tests/integration/runtime_test.sh)
 // remain for what needs them: early exits, restarts, error files, a missing environment, NCCL.
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,14 +15,17 @@
 #include "dtrun/runtime.h"
 
 #include "support/test_support.h"
+#include "worker_runtime/compare_checks.h"
 #include "worker_runtime/ops_checks.h"
 
 namespace {
 
 namespace rt = dtrun::runtime;
 
-// Runs checkGroup on `world` threads of one in-process store; the number of ranks that failed.
-int failingRanks(int world, rt::Backend backend) {
+using Check = std::function<int(dtrt_check::Reporter&, const rt::Context&)>;
+
+// Runs `check` on `world` threads of one in-process store; the number of ranks that failed.
+int failingRanks(int world, const Check& check) {
   static std::atomic<int> jobs{0};
   const auto server = dtrun::testing::startServer();
   const std::string prefix = "/checks" + std::to_string(jobs++);
@@ -40,8 +45,7 @@ int failingRanks(int world, rt::Backend backend) {
         rt::InitOptions options;
         options.timeout = std::chrono::seconds(30);
         options.installErrorHandlers = false;
-        codes[static_cast<std::size_t>(r)] =
-            dtrt_check::checkGroup(report, rt::init(who, options), backend);
+        codes[static_cast<std::size_t>(r)] = check(report, rt::init(who, options));
       } catch (const std::exception& e) {
         report.fail("rank " + std::to_string(r), e.what());
       }
@@ -64,7 +68,16 @@ TEST_CASE("the check worker's group checks pass on tcp and gloo, world sizes 1 t
   for (const rt::Backend backend : {rt::Backend::kTcp, rt::Backend::kGloo}) {
     for (int world = 1; world <= 4; ++world) {
       INFO(rt::backendName(backend) << " world " << world << " (FAIL lines above name the check)");
-      CHECK(failingRanks(world, backend) == 0);
+      CHECK(failingRanks(world, [backend](dtrt_check::Reporter& report, const rt::Context& ctx) {
+              return dtrt_check::checkGroup(report, ctx, backend);
+            }) == 0);
     }
+  }
+}
+
+TEST_CASE("tcp and gloo agree on seeded random data, world sizes 2 and 3", "[runtime][checks]") {
+  for (int world = 2; world <= 3; ++world) {
+    INFO("world " << world << " (FAIL lines above name the check)");
+    CHECK(failingRanks(world, dtrt_check::checkCompare) == 0);
   }
 }
