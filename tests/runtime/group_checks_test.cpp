@@ -31,6 +31,7 @@ int failingRanks(int world, const Check& check) {
   const std::string prefix = "/checks" + std::to_string(jobs++);
   std::vector<int> codes(static_cast<std::size_t>(world), 1);
   std::vector<std::thread> ranks;
+  ranks.reserve(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       dtrt_check::Reporter report(/*quiet=*/true);
