@@ -1,9 +1,13 @@
 // The interface every backend implements, behind ProcessGroup. ProcessGroup has already checked
-// the arguments (ranks in range, buffer sizes consistent, CPU vs CUDA) before calling in.
+// the arguments (ranks in range, buffer sizes consistent, CPU vs CUDA) before calling in, and has
+// answered the CPU collectives that move no data itself (a group of one, an empty buffer): the
+// CPU backends (tcp, gloo) see size() > 1 and a non-empty buffer in every collective and barrier.
+// NCCL sees every call (a group of one still copies on the device, in stream order).
 // Implementations throw TimeoutError / CommError naming the operation and peer ranks.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +55,8 @@ class Communicator {
   [[nodiscard]] virtual int size() const = 0;
   [[nodiscard]] virtual Backend backend() const = 0;
   [[nodiscard]] virtual std::chrono::milliseconds timeout() const = 0;
+  // Throws CommError naming `op` when an earlier failure made the group unusable.
+  virtual void ensureUsable(const char* op) const = 0;
 
   virtual void barrier() = 0;
   virtual void send(const Buffer& buffer, int dst, int tag) = 0;
@@ -76,6 +82,12 @@ class Communicator {
 // backend's split().
 CommunicatorConfig subGroupConfig(const CommunicatorConfig& parent, const std::vector<int>& ranks,
                                   int self, const std::string& name);
+
+// Whether two byte ranges share a byte (an empty range overlaps nothing).
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes);
+
+// "rank 3" or "ranks 0, 2, 5", for messages.
+std::string rankList(const std::vector<int>& ranks);
 
 std::unique_ptr<Communicator> makeTcpCommunicator(const CommunicatorConfig& config);
 std::unique_ptr<Communicator> makeGlooCommunicator(const CommunicatorConfig& config);

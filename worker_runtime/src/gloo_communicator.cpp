@@ -122,23 +122,9 @@ ReduceFunction reduceFunction(DataType type, ReduceOp op) {
 
 std::uint8_t* bytesOf(const Buffer& buffer) { return static_cast<std::uint8_t*>(buffer.data); }
 
-bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
-  const auto aBegin = reinterpret_cast<std::uintptr_t>(a);  // NOLINT: address comparison only
-  const auto bBegin = reinterpret_cast<std::uintptr_t>(b);  // NOLINT: address comparison only
-  return aBytes != 0 && bBytes != 0 && aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
-}
-
 // Scratch memory that is written before it is read, so it is not zeroed.
 std::unique_ptr<std::uint8_t[]> scratch(std::size_t bytes) {
   return std::make_unique_for_overwrite<std::uint8_t[]>(bytes);
-}
-
-std::string listRanks(const std::vector<int>& ranks) {
-  std::string text;
-  for (const int r : ranks) {
-    text += (text.empty() ? "" : ", ") + std::to_string(r);
-  }
-  return text;
 }
 
 bool mentionsTimeout(const std::string& message) {
@@ -208,6 +194,15 @@ class GlooGroup {
     return ranks;
   }
 
+  // Throws CommError when an earlier failure (of this thread's call or a work's) broke the group.
+  void failIfBroken(const std::string& op) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!brokenBy_.empty()) {
+      throw CommError(op + ": the gloo group '" + config_.groupName +
+                      "' is unusable after an earlier failure (" + brokenBy_ + ")");
+    }
+  }
+
   [[nodiscard]] std::string describeRank(int rank) const {
     std::string text = "rank " + std::to_string(rank);
     const auto index = static_cast<std::size_t>(rank);
@@ -240,19 +235,11 @@ class GlooGroup {
   }
 
  private:
-  void failIfBroken(const std::string& op) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (!brokenBy_.empty()) {
-      throw CommError(op + ": the gloo group '" + config_.groupName +
-                      "' is unusable after an earlier failure (" + brokenBy_ + ")");
-    }
-  }
-
   [[nodiscard]] std::string describePeers(const std::vector<int>& peers) const {
     if (peers.size() == 1) {
       return describeRank(peers.front());
     }
-    return "one of ranks " + listRanks(peers);
+    return "one of " + rankList(peers);  // "one of ranks 0, 2"
   }
 
   // Gloo names a peer by "[ip]:port", never by rank; map it back where it is one we know.
@@ -346,8 +333,8 @@ class GlooGroup {
   const std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::map<std::string, int> peerAddresses_;
-  std::mutex mutex_;      // works may fail on other threads than the group's
-  std::string brokenBy_;  // guarded by mutex_: the first failure, empty while healthy
+  mutable std::mutex mutex_;  // works may fail on other threads than the group's
+  std::string brokenBy_;      // guarded by mutex_: the first failure, empty while healthy
 };
 
 // A pending isend/irecv. Gloo can only block on an unbound buffer (waitSend/waitRecv), and a wait
@@ -454,10 +441,9 @@ class GlooCommunicator final : public Communicator {
   [[nodiscard]] Backend backend() const override { return Backend::kGloo; }
   [[nodiscard]] std::chrono::milliseconds timeout() const override { return config().timeout; }
 
+  void ensureUsable(const char* op) const override { group_->failIfBroken(op); }
+
   void barrier() override {
-    if (size() == 1) {
-      return;
-    }
     group_->run("barrier", group_->otherRanks(), [&] {
       gloo::BarrierOptions options(context());
       options.setTag(nextTag());
@@ -491,9 +477,6 @@ class GlooCommunicator final : public Communicator {
   }
 
   void broadcast(const Buffer& buffer, int root) override {
-    if (size() == 1 || buffer.count == 0) {
-      return;
-    }
     const std::vector<int> peers =
         rank() == root ? group_->otherRanks() : std::vector<int>{group_->broadcastParent(root)};
     group_->run("broadcast", peers, [&] {
@@ -507,57 +490,47 @@ class GlooCommunicator final : public Communicator {
   }
 
   void reduce(const Buffer& buffer, int root, ReduceOp op) override {
-    if (buffer.count == 0) {
-      return;
+    // Non-roots reduce into scratch so their buffer keeps its contents, as with NCCL and MPI.
+    std::unique_ptr<std::uint8_t[]> partial;
+    if (rank() != root) {
+      partial = scratch(buffer.bytes());
     }
-    if (size() > 1) {
-      // Non-roots reduce into scratch so their buffer keeps its contents, as with NCCL and MPI.
-      std::unique_ptr<std::uint8_t[]> partial;
-      if (rank() != root) {
-        partial = scratch(buffer.bytes());
-      }
-      const std::vector<int> peers =
-          rank() == root ? group_->otherRanks() : group_->ringNeighbours(root);
-      group_->run("reduce", peers, [&] {
-        withGlooType(buffer.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          gloo::ReduceOptions options(context());
-          if (partial != nullptr) {
-            options.setInput(static_cast<T*>(buffer.data), buffer.count);
-            options.setOutput(static_cast<T*>(static_cast<void*>(partial.get())), buffer.count);
-          } else {
-            options.setOutput(static_cast<T*>(buffer.data), buffer.count);
-          }
-          options.setRoot(root);
-          options.setReduceFunction(reduceFunction(buffer.dtype, op));
-          options.setTag(nextTag());
-          options.setTimeout(timeout());
-          gloo::reduce(options);
-        });
+    const std::vector<int> peers =
+        rank() == root ? group_->otherRanks() : group_->ringNeighbours(root);
+    group_->run("reduce", peers, [&] {
+      withGlooType(buffer.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        gloo::ReduceOptions options(context());
+        if (partial != nullptr) {
+          options.setInput(static_cast<T*>(buffer.data), buffer.count);
+          options.setOutput(static_cast<T*>(static_cast<void*>(partial.get())), buffer.count);
+        } else {
+          options.setOutput(static_cast<T*>(buffer.data), buffer.count);
+        }
+        options.setRoot(root);
+        options.setReduceFunction(reduceFunction(buffer.dtype, op));
+        options.setTag(nextTag());
+        options.setTimeout(timeout());
+        gloo::reduce(options);
       });
-    }
+    });
     if (op == ReduceOp::kAvg && rank() == root) {
       finishAverage(buffer.data, buffer.count, buffer.dtype, size());
     }
   }
 
   void allReduce(const Buffer& buffer, ReduceOp op) override {
-    if (buffer.count == 0) {
-      return;
-    }
-    if (size() > 1) {
-      group_->run("all_reduce", group_->ringNeighbours(), [&] {
-        withGlooType(buffer.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          gloo::AllreduceOptions options(context());
-          options.setOutput(static_cast<T*>(buffer.data), buffer.count);
-          options.setReduceFunction(reduceFunction(buffer.dtype, op));
-          options.setTag(nextTag());
-          options.setTimeout(timeout());
-          gloo::allreduce(options);
-        });
+    group_->run("all_reduce", group_->ringNeighbours(), [&] {
+      withGlooType(buffer.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        gloo::AllreduceOptions options(context());
+        options.setOutput(static_cast<T*>(buffer.data), buffer.count);
+        options.setReduceFunction(reduceFunction(buffer.dtype, op));
+        options.setTag(nextTag());
+        options.setTimeout(timeout());
+        gloo::allreduce(options);
       });
-    }
+    });
     if (op == ReduceOp::kAvg) {
       finishAverage(buffer.data, buffer.count, buffer.dtype, size());
     }
@@ -565,14 +538,7 @@ class GlooCommunicator final : public Communicator {
 
   void allGather(const Buffer& in, const Buffer& out) override {
     const std::size_t block = in.bytes();
-    if (block == 0) {
-      return;
-    }
     std::uint8_t* own = bytesOf(out) + static_cast<std::size_t>(rank()) * block;
-    if (size() == 1) {
-      std::memmove(own, in.data, block);
-      return;
-    }
     // In place when the input already is this rank's block; any other overlap needs a copy.
     const bool inPlace = in.data == own;
     std::unique_ptr<std::uint8_t[]> copy;
@@ -596,14 +562,7 @@ class GlooCommunicator final : public Communicator {
 
   void gather(const Buffer& in, const Buffer& out, int root) override {
     const std::size_t block = in.bytes();
-    if (block == 0) {
-      return;
-    }
     const bool isRoot = rank() == root;
-    if (size() == 1) {
-      std::memmove(out.data, in.data, block);
-      return;
-    }
     std::unique_ptr<std::uint8_t[]> copy;
     const void* input = in.data;
     if (isRoot && overlaps(in.data, block, out.data, out.bytes())) {
@@ -627,15 +586,7 @@ class GlooCommunicator final : public Communicator {
 
   void scatter(const Buffer& in, const Buffer& out, int root) override {
     const std::size_t block = out.bytes();
-    if (block == 0) {
-      return;
-    }
     const bool isRoot = rank() == root;
-    const auto own = static_cast<std::size_t>(rank()) * block;
-    if (size() == 1) {
-      std::memmove(out.data, bytesOf(in) + own, block);
-      return;
-    }
     // The root must not overwrite blocks it still has to send: receive into scratch then.
     std::unique_ptr<std::uint8_t[]> landing;
     std::uint8_t* output = bytesOf(out);
@@ -666,43 +617,29 @@ class GlooCommunicator final : public Communicator {
   }
 
   void reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) override {
-    if (out.count == 0) {
-      return;
-    }
     const std::size_t own = static_cast<std::size_t>(rank()) * out.bytes();
-    if (size() == 1) {
-      std::memmove(out.data, bytesOf(in) + own, out.bytes());
-    } else {
-      // This Gloo has no new-style reduce_scatter; like torch's ProcessGroupGloo, allreduce the
-      // whole input (into scratch: the input is read-only) and keep this rank's block.
-      auto reduced = scratch(in.bytes());
-      group_->run("reduce_scatter", group_->ringNeighbours(), [&] {
-        withGlooType(in.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          gloo::AllreduceOptions options(context());
-          options.setInput(static_cast<T*>(in.data), in.count);
-          options.setOutput(static_cast<T*>(static_cast<void*>(reduced.get())), in.count);
-          options.setReduceFunction(reduceFunction(in.dtype, op));
-          options.setTag(nextTag());
-          options.setTimeout(timeout());
-          gloo::allreduce(options);
-        });
+    // This Gloo has no new-style reduce_scatter; like torch's ProcessGroupGloo, allreduce the
+    // whole input (into scratch: the input is read-only) and keep this rank's block.
+    auto reduced = scratch(in.bytes());
+    group_->run("reduce_scatter", group_->ringNeighbours(), [&] {
+      withGlooType(in.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        gloo::AllreduceOptions options(context());
+        options.setInput(static_cast<T*>(in.data), in.count);
+        options.setOutput(static_cast<T*>(static_cast<void*>(reduced.get())), in.count);
+        options.setReduceFunction(reduceFunction(in.dtype, op));
+        options.setTag(nextTag());
+        options.setTimeout(timeout());
+        gloo::allreduce(options);
       });
-      std::memcpy(out.data, reduced.get() + own, out.bytes());
-    }
+    });
+    std::memcpy(out.data, reduced.get() + own, out.bytes());
     if (op == ReduceOp::kAvg) {
       finishAverage(out.data, out.count, out.dtype, size());
     }
   }
 
   void allToAll(const Buffer& in, const Buffer& out) override {
-    if (in.count == 0) {
-      return;
-    }
-    if (size() == 1) {
-      std::memmove(out.data, in.data, in.bytes());
-      return;
-    }
     std::unique_ptr<std::uint8_t[]> copy;
     const void* input = in.data;
     if (overlaps(in.data, in.bytes(), out.data, out.bytes())) {

@@ -548,6 +548,7 @@ class NcclCommunicator final : public Communicator {
   [[nodiscard]] int size() const override { return core_->size(); }
   [[nodiscard]] Backend backend() const override { return Backend::kNccl; }
   [[nodiscard]] std::chrono::milliseconds timeout() const override { return core_->timeout(); }
+  void ensureUsable(const char* op) const override { core_->ensureUsable(op); }
 
   void barrier() override {
     core_->run("barrier", [&] {

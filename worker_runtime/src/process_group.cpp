@@ -1,5 +1,6 @@
 // ProcessGroup: argument checks shared by every backend, then dispatch to the Communicator.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "dtrun/runtime.h"
@@ -95,9 +96,31 @@ void checkSameType(const Buffer& a, const Buffer& b, const char* op) {
                                   " but output is " + dataTypeName(b.dtype));
 }
 
+// Whether a collective moves no data between ranks (a group of one, or `count` 0) on a CPU
+// backend, which is then answered here, once for tcp and gloo (they never see such a call, see
+// communicator.h): the group must still be usable, as for a real call, and the caller copies
+// its input to its output with copyLocal. NCCL answers these itself, in order on its stream.
+bool answeredLocally(const detail::Communicator& c, const char* op, std::size_t count) {
+  if (c.backend() == Backend::kNccl || (c.size() > 1 && count > 0)) {
+    return false;
+  }
+  c.ensureUsable(op);
+  return true;
+}
+
+// A group of one's result: the input itself (memmove: the two may alias).
+void copyLocal(void* to, const void* from, std::size_t bytes) {
+  if (bytes > 0 && to != from) {
+    std::memmove(to, from, bytes);
+  }
+}
+
 }  // namespace
 
 void ProcessGroup::barrier() {
+  if (answeredLocally(*communicator_, "barrier", 1)) {
+    return;
+  }
   const detail::OpProgress progress("barrier", name_, 0);
   communicator_->barrier();
 }
@@ -131,6 +154,9 @@ Work ProcessGroup::irecv(const Buffer& buffer, int src, int tag) {
 void ProcessGroup::broadcast(const Buffer& buffer, int root) {
   checkBuffer(buffer, backend(), "broadcast");
   checkRoot(root, size(), "broadcast");
+  if (answeredLocally(*communicator_, "broadcast", buffer.count)) {
+    return;
+  }
   const detail::OpProgress progress("broadcast", name_, buffer.bytes());
   communicator_->broadcast(buffer, root);
 }
@@ -138,12 +164,18 @@ void ProcessGroup::broadcast(const Buffer& buffer, int root) {
 void ProcessGroup::reduce(const Buffer& buffer, int root, ReduceOp op) {
   checkBuffer(buffer, backend(), "reduce");
   checkRoot(root, size(), "reduce");
+  if (answeredLocally(*communicator_, "reduce", buffer.count)) {
+    return;
+  }
   const detail::OpProgress progress("reduce", name_, buffer.bytes());
   communicator_->reduce(buffer, root, op);
 }
 
 void ProcessGroup::allReduce(const Buffer& buffer, ReduceOp op) {
   checkBuffer(buffer, backend(), "all_reduce");
+  if (answeredLocally(*communicator_, "all_reduce", buffer.count)) {
+    return;
+  }
   const detail::OpProgress progress("all_reduce", name_, buffer.bytes());
   communicator_->allReduce(buffer, op);
 }
@@ -155,6 +187,10 @@ void ProcessGroup::allGather(const Buffer& in, const Buffer& out) {
   require(out.count == in.count * static_cast<std::size_t>(size()),
           "all_gather: output holds " + describe(out) + ", expected size() x input = " +
               std::to_string(in.count * static_cast<std::size_t>(size())));
+  if (answeredLocally(*communicator_, "all_gather", in.count)) {
+    copyLocal(out.data, in.data, in.bytes());
+    return;
+  }
   const detail::OpProgress progress("all_gather", name_, in.bytes());
   communicator_->allGather(in, out);
 }
@@ -167,6 +203,10 @@ void ProcessGroup::gather(const Buffer& in, const Buffer& out, int root) {
     checkSameType(in, out, "gather");
     require(out.count == in.count * static_cast<std::size_t>(size()),
             "gather: the root's output holds " + describe(out) + ", expected size() x input");
+  }
+  if (answeredLocally(*communicator_, "gather", in.count)) {
+    copyLocal(out.data, in.data, in.bytes());
+    return;
   }
   const detail::OpProgress progress("gather", name_, in.bytes());
   communicator_->gather(in, out, root);
@@ -181,6 +221,10 @@ void ProcessGroup::scatter(const Buffer& in, const Buffer& out, int root) {
     require(in.count == out.count * static_cast<std::size_t>(size()),
             "scatter: the root's input holds " + describe(in) + ", expected size() x output");
   }
+  if (answeredLocally(*communicator_, "scatter", out.count)) {
+    copyLocal(out.data, in.data, out.bytes());
+    return;
+  }
   const detail::OpProgress progress("scatter", name_, out.bytes());
   communicator_->scatter(in, out, root);
 }
@@ -191,6 +235,10 @@ void ProcessGroup::reduceScatter(const Buffer& in, const Buffer& out, ReduceOp o
   checkSameType(in, out, "reduce_scatter");
   require(in.count == out.count * static_cast<std::size_t>(size()),
           "reduce_scatter: input holds " + describe(in) + ", expected size() x output");
+  if (answeredLocally(*communicator_, "reduce_scatter", out.count)) {
+    copyLocal(out.data, in.data, out.bytes());
+    return;
+  }
   const detail::OpProgress progress("reduce_scatter", name_, in.bytes());
   communicator_->reduceScatter(in, out, op);
 }
@@ -201,6 +249,10 @@ void ProcessGroup::allToAll(const Buffer& in, const Buffer& out) {
   checkSameType(in, out, "all_to_all");
   require(in.count == out.count && in.count % static_cast<std::size_t>(size()) == 0,
           "all_to_all: input and output must hold the same count, a multiple of size()");
+  if (answeredLocally(*communicator_, "all_to_all", in.count)) {
+    copyLocal(out.data, in.data, in.bytes());
+    return;
+  }
   const detail::OpProgress progress("all_to_all", name_, in.bytes());
   communicator_->allToAll(in, out);
 }

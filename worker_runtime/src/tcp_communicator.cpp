@@ -63,19 +63,7 @@ std::chrono::microseconds spinFor() {
 }
 
 std::string rankList(const std::set<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  bool first = true;
-  for (const int r : ranks) {
-    text += (first ? "" : ", ") + std::to_string(r);
-    first = false;
-  }
-  return text;
-}
-
-bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
-  const auto x = reinterpret_cast<std::uintptr_t>(a);
-  const auto y = reinterpret_cast<std::uintptr_t>(b);
-  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+  return detail::rankList(std::vector<int>(ranks.begin(), ranks.end()));
 }
 
 void copyBytes(void* dst, const void* src, std::size_t bytes) {
@@ -221,7 +209,7 @@ class TcpCommunicator final : public Communicator {
  private:
   friend class Call;
 
-  void checkUsable(const char* name) const {
+  void ensureUsable(const char* name) const override {
     if (!broken_.empty()) {
       throw CommError(std::string(name) + ": the group is unusable after an earlier failure (" +
                       broken_ + ")");
@@ -270,7 +258,7 @@ Call::Call(TcpCommunicator& comm, const char* name)
       deadline_(Clock::now() + comm.config_.timeout),
       tagBase_(tcp::kCollectiveTagBit |
                (static_cast<std::uint64_t>(comm.sequence_++ & 0x3fffffffU) << 32)) {
-  comm.checkUsable(name);
+  comm.ensureUsable(name);
 }
 
 Call::~Call() {
@@ -355,7 +343,7 @@ void Call::failWith(const std::string& reason, bool timeout) {
 std::uint64_t userTag(int tag) { return static_cast<std::uint32_t>(tag); }
 
 void TcpCommunicator::send(const Buffer& buffer, int dst, int tag) {
-  checkUsable("send");
+  ensureUsable("send");
   Op op;
   op.reset(OpKind::kSend, dst, userTag(tag), bytePtr(buffer), buffer.bytes(), "send");
   transport_->post(op);
@@ -363,7 +351,7 @@ void TcpCommunicator::send(const Buffer& buffer, int dst, int tag) {
 }
 
 void TcpCommunicator::recv(const Buffer& buffer, int src, int tag) {
-  checkUsable("recv");
+  ensureUsable("recv");
   Op op;
   op.reset(OpKind::kRecv, src, userTag(tag), bytePtr(buffer), buffer.bytes(), "recv");
   transport_->post(op);
@@ -387,7 +375,7 @@ void TcpCommunicator::p2p(Op& op, int peer, int tag) {
 
 std::shared_ptr<WorkState> TcpCommunicator::p2pAsync(OpKind kind, const Buffer& buffer, int peer,
                                                      int tag, const char* name) {
-  checkUsable(name);
+  ensureUsable(name);
   auto op = std::make_shared<Op>();
   op->reset(kind, peer, userTag(tag), bytePtr(buffer), buffer.bytes(), name);
   transport_->postAsync(op);
@@ -407,10 +395,6 @@ std::shared_ptr<WorkState> TcpCommunicator::irecv(const Buffer& buffer, int src,
 
 void TcpCommunicator::barrier() {
   const int n = size();
-  if (n == 1) {
-    checkUsable("barrier");
-    return;
-  }
   Call call(*this, "barrier");
   const int r = rank();
   std::uint32_t round = 0;
@@ -425,10 +409,6 @@ void TcpCommunicator::barrier() {
 // ---- all_reduce -----------------------------------------------------------------------------
 
 void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
-  if (size() == 1 || buffer.count == 0) {
-    checkUsable("all_reduce");
-    return;
-  }
   if (buffer.bytes() <= kSmallBytes) {
     allReduceDoubling(buffer, op);
   } else {
@@ -590,10 +570,6 @@ void TcpCommunicator::ring(Call& call, std::byte* buf, const std::vector<std::si
 
 void TcpCommunicator::broadcast(const Buffer& buffer, int root) {
   const int n = size();
-  if (n == 1 || buffer.count == 0) {
-    checkUsable("broadcast");
-    return;
-  }
   Call call(*this, "broadcast");
   const int vr = (rank() - root + n) % n;  // rank relative to the root
   auto real = [&](int v) { return (v + root) % n; };
@@ -644,10 +620,6 @@ void TcpCommunicator::broadcast(const Buffer& buffer, int root) {
 
 void TcpCommunicator::reduce(const Buffer& buffer, int root, ReduceOp op) {
   const int n = size();
-  if (n == 1 || buffer.count == 0) {
-    checkUsable("reduce");
-    return;
-  }
   const int r = rank();
   const std::size_t bytes = buffer.bytes();
   // Only the root's buffer receives the result; the others' stay as they were.
@@ -722,10 +694,6 @@ void TcpCommunicator::allGather(const Buffer& in, const Buffer& out) {
   const std::size_t bytes = in.bytes();
   // Own block first: afterwards `in` is never read, so it may alias any part of `out`.
   copyBytes(bytePtr(out) + static_cast<std::size_t>(rank()) * bytes, in.data, bytes);
-  if (n == 1 || in.count == 0) {
-    checkUsable("all_gather");
-    return;
-  }
   Call call(*this, "all_gather");
   offsets_.resize(static_cast<std::size_t>(n) + 1);
   for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
@@ -741,10 +709,6 @@ void TcpCommunicator::gather(const Buffer& in, const Buffer& out, int root) {
   const std::size_t bytes = in.bytes();
   if (r == root) {
     copyBytes(bytePtr(out) + static_cast<std::size_t>(r) * bytes, in.data, bytes);
-  }
-  if (n == 1 || in.count == 0) {
-    checkUsable("gather");
-    return;
   }
   Call call(*this, "gather");
   if (r == root) {
@@ -763,7 +727,7 @@ void TcpCommunicator::scatter(const Buffer& in, const Buffer& out, int root) {
   const int n = size();
   const int r = rank();
   const std::size_t bytes = out.bytes();
-  if (n > 1 && out.count > 0) {
+  {
     Call call(*this, "scatter");
     if (r == root) {
       for (int q = 0; q < n; ++q) {
@@ -775,8 +739,6 @@ void TcpCommunicator::scatter(const Buffer& in, const Buffer& out, int root) {
       call.recv(root, 0, bytePtr(out), bytes);
     }
     call.finish();
-  } else {
-    checkUsable("scatter");
   }
   // After the sends: `out` may alias another rank's block of `in`.
   if (r == root) {
@@ -787,11 +749,6 @@ void TcpCommunicator::scatter(const Buffer& in, const Buffer& out, int root) {
 void TcpCommunicator::reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) {
   const int n = size();
   const std::size_t bytes = out.bytes();
-  if (n == 1 || out.count == 0) {
-    checkUsable("reduce_scatter");
-    copyBytes(out.data, in.data, bytes);
-    return;
-  }
   // The ring reduces in place, and the caller's input must stay as it was.
   std::byte* work = work_.get(in.bytes());
   std::memcpy(work, in.data, in.bytes());
@@ -816,17 +773,13 @@ void TcpCommunicator::allToAll(const Buffer& in, const Buffer& out) {
   const std::size_t total = in.bytes();
   const std::size_t block = total / static_cast<std::size_t>(n);
   const std::byte* source = bytePtr(in);
-  if (overlaps(in.data, total, out.data, total) && n > 1) {
+  if (overlaps(in.data, total, out.data, total)) {
     std::byte* copy = work_.get(total);
     std::memcpy(copy, in.data, total);
     source = copy;
   }
   copyBytes(bytePtr(out) + static_cast<std::size_t>(r) * block,
             source + static_cast<std::size_t>(r) * block, block);
-  if (n == 1 || block == 0) {
-    checkUsable("all_to_all");
-    return;
-  }
   Call call(*this, "all_to_all");
   // Pairwise exchange: in step i, send to r + i and receive from r - i. Every message is posted
   // at once; each peer's stream still carries them in step order.
@@ -843,7 +796,7 @@ void TcpCommunicator::allToAll(const Buffer& in, const Buffer& out) {
 
 std::unique_ptr<Communicator> TcpCommunicator::split(const std::vector<int>& ranks,
                                                      const std::string& groupName) {
-  checkUsable("new_group");
+  ensureUsable("new_group");
   return std::make_unique<TcpCommunicator>(subGroupConfig(config_, ranks, rank(), groupName));
 }
 

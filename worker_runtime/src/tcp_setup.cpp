@@ -23,6 +23,7 @@
 
 #include "dtrun/runtime.h"
 
+#include "communicator.h"
 #include "log.h"
 #include "store_handle.h"
 
@@ -75,14 +76,6 @@ std::uint64_t fnv1a(std::string_view text) {
     hash *= 0x100000001b3ULL;
   }
   return hash;
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
-  }
-  return text;
 }
 
 // The address peers should dial: the one of the interface that routes to the store host
