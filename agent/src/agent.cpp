@@ -106,7 +106,7 @@ class Agent {
   int run() {
     if (auto s = prepare(); !s.isOk()) {
       std::cerr << "dtrun: " << s.message() << "\n";
-      finish(s.code() == Errc::kNotFound ? kExitCannotRun : 1);
+      finish(detail::startupExitCode(s));
       return exitCode_;
     }
     watchSignals();
@@ -350,7 +350,7 @@ class Agent {
     log_.started(start, group_);
     if (!start.status.isOk()) {
       std::cerr << "dtrun: " << start.status.message() << "\n";
-      startupExitCode_ = start.status.code() == Errc::kNotFound ? kExitCannotRun : 1;
+      startupExitCode_ = detail::startupExitCode(start.status);
       stopReason_ = StopReason::kStartup;  // not a worker failure: no restart, no report
       beginStop(SIGKILL);
       if (group_.allExited()) {  // nothing is left running: nothing will be reaped

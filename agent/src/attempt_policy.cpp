@@ -1,5 +1,7 @@
 #include "attempt_policy.h"
 
+#include "dtrun/agent.h"
+
 namespace dtrun::agent::detail {
 
 Decision decideAfterAttempt(const AttemptEnd& end) {
@@ -46,6 +48,10 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
   d.exitCode = end.rootCauseCode;
   d.reportFailure = true;
   return d;
+}
+
+int startupExitCode(const Status& error) {
+  return error.code() == Errc::kNotFound ? kExitCannotRun : 1;
 }
 
 }  // namespace dtrun::agent::detail

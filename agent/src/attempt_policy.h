@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "dtrun/common.h"
 #include "dtrun/round.h"
 
 namespace dtrun::agent::detail {
@@ -57,5 +58,9 @@ struct Decision {
 };
 
 Decision decideAfterAttempt(const AttemptEnd& end);
+
+// What a node exits with when it could not start (its store, its run directory, its workers):
+// 127 when the program cannot be run (kNotFound), else 1.
+int startupExitCode(const Status& error);
 
 }  // namespace dtrun::agent::detail

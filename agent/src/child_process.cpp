@@ -4,14 +4,12 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <system_error>
 #include <unordered_set>
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -108,23 +106,6 @@ std::string ExitStatus::describe() const {
   return "exit code " + std::to_string(code);
 }
 
-std::string findExecutable(const std::string& name, const std::string& pathVariable) {
-  if (name.find('/') != std::string::npos) {
-    return name;
-  }
-  std::stringstream dirs(pathVariable);
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-  }
-  return {};
-}
-
 namespace {
 // Children owned by a ChildProcess, not yet reaped: the subreaper's orphan reaping leaves them to
 // their owner (a stack tool is reaped by the thread that runs it, never by the loop).
@@ -206,11 +187,8 @@ Status ChildProcess::confirmExec() {
 }
 
 Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
-  auto child = start(request);
-  if (!child.isOk()) {
-    return child;
-  }
-  DTRUN_TRY(child.value().confirmExec());
+  DTRUN_ASSIGN_OR_RETURN(ChildProcess child, start(request));
+  DTRUN_TRY(child.confirmExec());
   return child;
 }
 

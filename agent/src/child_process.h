@@ -82,7 +82,4 @@ class ChildProcess {
 // Whether `pid` is a child that a live ChildProcess owns and has not reaped yet. Thread-safe.
 bool isOwnedChild(pid_t pid);
 
-// Looks `name` up in PATH unless it contains a '/'. Empty if not found.
-std::string findExecutable(const std::string& name, const std::string& pathVariable);
-
 }  // namespace dtrun::agent::detail

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "child_process.h"
@@ -17,6 +18,22 @@ namespace dtrun::agent::detail {
 namespace {
 
 constexpr double kNsPerSecond = 1e9;
+
+// A stack tool on `pathVariable` (the only PATH lookup the agent makes: workers run the
+// executable the launcher resolved). Empty if not found.
+std::string findTool(const std::string& name, const std::string& pathVariable) {
+  std::stringstream dirs(pathVariable);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return {};
+}
 
 std::string describeOp(const progress::Snapshot& s) {
   std::ostringstream out;
@@ -181,10 +198,10 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
 std::string nativeStack(pid_t pid, const std::string& pathVariable,
                         std::chrono::milliseconds timeout, const std::atomic<bool>* cancelled) {
   SpawnRequest request;
-  if (const std::string euStack = findExecutable("eu-stack", pathVariable); !euStack.empty()) {
+  if (const std::string euStack = findTool("eu-stack", pathVariable); !euStack.empty()) {
     request.path = euStack;
     request.argv = {"eu-stack", "-p", std::to_string(pid)};
-  } else if (const std::string gdb = findExecutable("gdb", pathVariable); !gdb.empty()) {
+  } else if (const std::string gdb = findTool("gdb", pathVariable); !gdb.empty()) {
     request.path = gdb;
     request.argv = {
         "gdb", "-batch", "-nx", "-p", std::to_string(pid), "-ex", "thread apply all bt"};

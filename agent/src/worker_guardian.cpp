@@ -74,10 +74,7 @@ void send(std::int32_t value) {
     return;
   }
   // 4 bytes to a pipe are written whole or not at all; a guardian that is gone reads nothing.
-  ssize_t n = 0;
-  do {
-    n = ::write(guardianPipe, &value, sizeof value);
-  } while (n < 0 && errno == EINTR);
+  static_cast<void>(io::writeAll(guardianPipe, &value, sizeof value));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ using dtrun::agent::detail::AttemptEnd;
 using dtrun::agent::detail::decideAfterAttempt;
 using dtrun::agent::detail::Decision;
 using dtrun::agent::detail::NextStep;
+using dtrun::agent::detail::startupExitCode;
 using dtrun::agent::detail::StopReason;
 using Kind = dtrun::rdzv::RoundEnd::Kind;
 
@@ -97,10 +98,23 @@ TEST_CASE("exit 124: a hang found with restarts used up", "[unit][agent][policy]
 
 TEST_CASE("exit 127: the entrypoint cannot run; never restarted", "[unit][agent][policy]") {
   AttemptEnd end = singleNode(StopReason::kStartup, false, 0, 3);
-  end.startupExitCode = 127;
+  end.startupExitCode =
+      startupExitCode(dtrun::Status::error(dtrun::Errc::kNotFound, "cannot run ./trian"));
+  CHECK(end.startupExitCode == 127);
   const Decision d = decideAfterAttempt(end);
   CHECK(d.step == NextStep::kFinish);
   CHECK(d.exitCode == 127);
+  CHECK_FALSE(d.reportFailure);
+}
+
+TEST_CASE("exit 1: dtrun could not start (its store, its run directory, its workers)",
+          "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kStartup, false, 0, 3);
+  end.startupExitCode = startupExitCode(dtrun::Status::connection("cannot start the store"));
+  CHECK(end.startupExitCode == 1);
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == 1);
   CHECK_FALSE(d.reportFailure);
 }
 
