@@ -51,7 +51,7 @@ elapsed=$((SECONDS - start))
 echo "hang_liveness_test: signal ok (SIGUSR1 answered during the dump, SIGTERM -> 143 in ${elapsed}s)"
 
 # --- heartbeat: a node dumping stacks is not declared dead ---
-port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=5,last_call_timeout=0.5
 for node in 0 1; do
   PATH="$work/bin:$PATH" timeout 90 "$DTRUN" --nnodes=2 --node_rank=$node \

@@ -68,7 +68,7 @@ timeout 90 "$DTRUN" --nproc_per_node=2 --hang_timeout=2 --max_restarts=1 --repor
 check "$work/restart.json" '[a["cause"] for a in r["attempts"]] == ["hang", "hang"]' "restart: two hang attempts"
 
 # --- two nodes: the suspect runs on the other node ---
-port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for node in 0 1; do
   timeout 60 "$DTRUN" --nnodes=2 --node_rank=$node --master_addr=127.0.0.1 --master_port="$port" \
     --rdzv_id=nodes --rdzv_conf=keep_alive_interval=0.5,close_timeout=5 --nproc_per_node=2 \

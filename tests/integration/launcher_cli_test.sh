@@ -133,7 +133,7 @@ fi
 kill -TERM "$store_pid" 2>/dev/null || true
 rc=0
 wait "$store_pid" || rc=$?
-pids=()  # reaped
+forget "$store_pid"
 if [[ $rc -ne 0 ]]; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun store exited $rc on SIGTERM" >&2

@@ -10,33 +10,9 @@
 # Every process is started in the background and stopped by its own PID; loopback only.
 set -euo pipefail
 
-DTRUN=${1:?usage: torch_store_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=/usr/bin/python3  # the interpreter with torch 1.13; the python3 on PATH may lack it
-STEP_TIMEOUT=60      # seconds for one client process
-
-tmp=$(mktemp -d)
-pids=()
-cleanup() {  # stops what is still ours by PID: TERM, up to 5 s, then KILL
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 50); do running "$p" || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# Drops a reaped PID from the cleanup list, so cleanup never signals a reused PID.
-forget() {
-  local p keep=()
-  for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-  pids=("${keep[@]}")
-}
-
-die() { echo "torch_store_test: FAIL: $*" >&2; exit 1; }
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" torch_store_test "$@"
+STEP_TIMEOUT=60  # seconds for one client process
 
 # True while $1 runs (a zombie, exited but not yet reaped, counts as stopped).
 running() { [[ -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) != Z ]]; }
@@ -47,15 +23,14 @@ status_text() { if [[ $1 -eq 124 ]]; then echo "exited 124 (timed out)"; else ec
 # Prints a file, minus torch's harmless "[W ..." warning lines.
 show() { grep -v '^\[W' "$1" || true; }
 
-[[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
-[[ -x $PY ]] || die "$PY not found (needs Debian's python3-torch)"
-$PY -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
-  die "$PY cannot import torch.distributed (install python3-torch 1.13)"
+[[ -x $PYTHON ]] || die "$PYTHON not found (needs Debian's python3-torch)"
+$PYTHON -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
+  die "$PYTHON cannot import torch.distributed (install python3-torch 1.13)"
 
 server_pid=""
 port=""
 start_server() {  # $1 = scenario name
-  local pf=$tmp/$1.port log=$tmp/$1.server.log
+  local pf=$work/$1.port log=$work/$1.server.log
   "$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$pf" --log-level warn >"$log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
@@ -73,19 +48,19 @@ start_server() {  # $1 = scenario name
 }
 
 stop_server() {  # $1 = scenario name
-  running "$server_pid" || { show "$tmp/$1.server.log"; die "$1: dtrun store died during the scenario"; }
+  running "$server_pid" || { show "$work/$1.server.log"; die "$1: dtrun store died during the scenario"; }
   kill -TERM "$server_pid"
   for _ in $(seq 100); do running "$server_pid" || break; sleep 0.1; done
   running "$server_pid" && die "$1: dtrun store still running 10 s after SIGTERM"
   local rc=0
   wait "$server_pid" || rc=$?
   forget "$server_pid"
-  [[ $rc -eq 0 ]] || { show "$tmp/$1.server.log"; die "$1: dtrun store exited $rc on SIGTERM"; }
+  [[ $rc -eq 0 ]] || { show "$work/$1.server.log"; die "$1: dtrun store exited $rc on SIGTERM"; }
 }
 
 run_client() {  # $1 = scenario, $2 = script: runs it against $port in the foreground
-  local out=$tmp/$1.client.log rc=0
-  timeout "$STEP_TIMEOUT" "$PY" "$HERE/$2" "$port" >"$out" 2>&1 || rc=$?
+  local out=$work/$1.client.log rc=0
+  timeout "$STEP_TIMEOUT" "$PYTHON" "$HERE/$2" "$port" >"$out" 2>&1 || rc=$?
   show "$out"
   [[ $rc -eq 0 ]] || die "$1: $2 $(status_text "$rc")"
 }
@@ -96,7 +71,7 @@ run_gloo() {  # $1 = scenario, $2 = world size
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n \
       LOCAL_WORLD_SIZE=$n TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 \
       GLOO_SOCKET_IFNAME=lo \
-      timeout "$STEP_TIMEOUT" "$PY" "$HERE/torch_gloo_rank.py" >"$tmp/$1.rank$r.log" 2>&1 &
+      timeout "$STEP_TIMEOUT" "$PYTHON" "$HERE/torch_gloo_rank.py" >"$work/$1.rank$r.log" 2>&1 &
     rank_pids+=($!)
     pids+=($!)
   done
@@ -105,7 +80,7 @@ run_gloo() {  # $1 = scenario, $2 = world size
     local rc=0
     wait "${rank_pids[r]}" || rc=$?
     forget "${rank_pids[r]}"
-    show "$tmp/$1.rank$r.log"
+    show "$work/$1.rank$r.log"
     [[ $rc -eq 0 ]] || failed+=" rank $r $(status_text "$rc");"
   done
   [[ -z $failed ]] || die "$1: $n-rank gloo job:$failed"

@@ -9,8 +9,10 @@
 #   die <why>        one FAIL line naming the test, then exit 1
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
+#   free_port        a loopback TCP port free right now (a random one if Python fails)
 #   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
 #   work       a fresh directory; pids: background processes the test started
+#   forget <pid>     drops a reaped pid from pids, so the cleanup never signals a reused pid
 #   at_exit <command>    runs <command> on exit (in order of registration)
 # On exit: every pid in pids is SIGKILLed and reaped, then the at_exit commands run, then work is
 # removed. No PET_* variable stays in the environment: each test sets its options itself.
@@ -25,6 +27,10 @@ die() { echo "$TEST_NAME: FAIL: $*" >&2; exit 1; }
 fail_count=0
 note_fail() { echo "$TEST_NAME: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 pass() { echo "$TEST_NAME: $*"; }
+free_port() {
+  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+    2>/dev/null || echo $((20000 + RANDOM % 20000))
+}
 [[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
 BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 SANITIZED=0
@@ -42,6 +48,11 @@ preamble_unset_matching '^PET_'
 
 work=$(mktemp -d)
 pids=()
+forget() {
+  local p keep=()
+  for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
 exit_commands=()
 at_exit() { exit_commands+=("$*"); }
 preamble_cleanup() {
