@@ -15,11 +15,10 @@
 # its PID on exit. Loopback only; one mktemp directory, removed on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: launch_signals_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" launch_signals_test "$@"
 RUN_LIMIT=60  # seconds: timeout(1)'s hard bound on one dtrun run
 
-work=$(mktemp -d)
 W=$work/workers
 tpid=""  # the subshell running timeout(1), which runs dtrun
 dpid=""  # dtrun itself
@@ -35,7 +34,7 @@ children() { tr -s ' ' <"/proc/$1/task/$1/children" 2>/dev/null | sed 's/ $//' |
 # True if $1 runs the program whose path starts with $2 (guards against a reused PID).
 runs_program() { running "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$2"; }
 
-cleanup() {
+stop_ours() {  # dtrun, its timeout(1) and any worker left, each by its PID
   local p
   if [[ -n $dpid ]] && runs_program "$dpid" "$DTRUN"; then kill -KILL "$dpid" 2>/dev/null || true; fi
   if [[ -n $tpid ]]; then
@@ -45,16 +44,13 @@ cleanup() {
   for p in "${worker_pids[@]}"; do
     if runs_program "$p" "$W/signal_worker.sh"; then kill -KILL "$p" 2>/dev/null || true; fi
   done
-  rm -rf "$work"
 }
-trap cleanup EXIT
+at_exit stop_ours
 
-fail() { echo "launch_signals_test: FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ $2 == "$3" ]] || fail "$1: expected '$(oneline "$2")', got '$(oneline "$3")'"; }
+expect_eq() { [[ $2 == "$3" ]] || die "$1: expected '$(oneline "$2")', got '$(oneline "$3")'"; }
 oneline() { printf '%s' "$1" | sed ':a;N;$!ba;s/\n/\\n/g'; }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
-[[ -x $DTRUN ]] || fail "dtrun binary: expected an executable at '$DTRUN'"
 mkdir -p "$W"
 cp "$HERE/workers/signal_worker.sh" "$W/"
 chmod +x "$W/signal_worker.sh"
@@ -85,21 +81,21 @@ start() {
     [[ -n $dpid ]] && break
     sleep 0.05
   done
-  [[ -n $dpid ]] || fail "$name: expected dtrun to start under timeout(1), no process after 5 s"
-  runs_program "$dpid" "$DTRUN" || fail "$name: expected pid $dpid to be dtrun, it is not"
+  [[ -n $dpid ]] || die "$name: expected dtrun to start under timeout(1), no process after 5 s"
+  runs_program "$dpid" "$DTRUN" || die "$name: expected pid $dpid to be dtrun, it is not"
   logs=$work/$name/logs/sig/attempt_0
   worker_pids=()
   for ((r = 0; r < n; r++)); do
     for ((i = 0; i < 200; i++)); do  # 10 s
       [[ -s $logs/$r/pid ]] && break
-      running "$tpid" || { cat "$work/$name.err" >&2; fail "$name: dtrun exited before rank $r started"; }
+      running "$tpid" || { cat "$work/$name.err" >&2; die "$name: dtrun exited before rank $r started"; }
       sleep 0.05
     done
-    [[ -s $logs/$r/pid ]] || fail "$name: expected rank $r to record its pid within 10 s, it did not"
+    [[ -s $logs/$r/pid ]] || die "$name: expected rank $r to record its pid within 10 s, it did not"
     worker_pids+=("$(<"$logs/$r/pid")")
   done
   for r in "${!worker_pids[@]}"; do
-    running "${worker_pids[r]}" || fail "$name: expected rank $r (pid ${worker_pids[r]}) running before the signal, it is not"
+    running "${worker_pids[r]}" || die "$name: expected rank $r (pid ${worker_pids[r]}) running before the signal, it is not"
   done
 }
 
@@ -112,7 +108,7 @@ finish() {
   while running "$tpid"; do
     if (($(now_ms) - start > limit)); then
       tail -n 20 "$work/$name.err" >&2
-      fail "$name: expected dtrun to exit within $limit ms, still running"
+      die "$name: expected dtrun to exit within $limit ms, still running"
     fi
     sleep 0.02
   done
@@ -128,7 +124,7 @@ expect_workers_gone() {
   for r in "${!worker_pids[@]}"; do
     running "${worker_pids[r]}" && alive+=" rank $r (pid ${worker_pids[r]})"
   done
-  [[ -z $alive ]] || fail "$1: expected no worker alive, still running:$alive"
+  [[ -z $alive ]] || die "$1: expected no worker alive, still running:$alive"
 }
 
 marks() { LC_ALL=C sort "$work/$1.marks"; }
@@ -146,9 +142,9 @@ for spec in term:TERM:143 int:INT:130 hup:HUP:129 quit:QUIT:131; do
   got=$(marks "$mode")
   expected=$(printf '%s 0\n%s 1\n%s 2' "$sig" "$sig" "$sig")
   [[ $got == "$expected" ]] ||
-    fail "$mode: expected every worker to record SIG$sig, got '$(oneline "$got")'"
+    die "$mode: expected every worker to record SIG$sig, got '$(oneline "$got")'"
   expect_workers_gone "$mode"
-  ! grep -q "FAILED" "$work/$mode.err" || fail "$mode: expected no failure report after SIG$sig, got one"
+  ! grep -q "FAILED" "$work/$mode.err" || die "$mode: expected no failure report after SIG$sig, got one"
   section "$mode" "$took_ms"
 done
 
@@ -158,8 +154,8 @@ start ignore 2 ignore-term --shutdown_timeout=1
 kill -TERM "$dpid"
 finish ignore 5000
 expect_eq "ignore: dtrun's exit code after SIGTERM" 143 "$rc"
-[[ $took_ms -ge 900 ]] || fail "ignore: expected dtrun to wait the 1 s grace before SIGKILL, it exited after $took_ms ms"
-[[ $took_ms -le 4000 ]] || fail "ignore: expected dtrun to exit within 4 s, took $took_ms ms"
+[[ $took_ms -ge 900 ]] || die "ignore: expected dtrun to wait the 1 s grace before SIGKILL, it exited after $took_ms ms"
+[[ $took_ms -le 4000 ]] || die "ignore: expected dtrun to exit within 4 s, took $took_ms ms"
 expect_workers_gone ignore
 section ignore "$took_ms"
 
@@ -172,7 +168,7 @@ while true; do
   alive=""
   for r in "${!worker_pids[@]}"; do running "${worker_pids[r]}" && alive+=" rank $r (pid ${worker_pids[r]})"; done
   [[ -z $alive ]] && break
-  (($(now_ms) - t0 <= 1000)) || fail "kill9: expected no worker alive 1 s after kill -9 of dtrun, still running:$alive"
+  (($(now_ms) - t0 <= 1000)) || die "kill9: expected no worker alive 1 s after kill -9 of dtrun, still running:$alive"
   sleep 0.02
 done
 gone_ms=$(($(now_ms) - t0))
@@ -189,9 +185,9 @@ for ((i = 0; i < 100; i++)); do  # 5 s for both to record the first SIGINT
 done
 expect_eq "int2: workers that recorded the first SIGINT" "$(printf 'INT 0\nINT 1')" "$(marks int2)"
 sleep 0.5
-running "$tpid" || fail "int2: expected dtrun to wait for the workers after one SIGINT (30 s grace), it exited"
+running "$tpid" || die "int2: expected dtrun to wait for the workers after one SIGINT (30 s grace), it exited"
 for r in 0 1; do
-  running "${worker_pids[r]}" || fail "int2: expected rank $r to survive the first SIGINT, it exited"
+  running "${worker_pids[r]}" || die "int2: expected rank $r to survive the first SIGINT, it exited"
 done
 kill -INT "$dpid"
 finish int2 2000

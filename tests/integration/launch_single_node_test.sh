@@ -16,41 +16,34 @@
 # directory that is removed on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: launch_single_node_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PY=/usr/bin/python3  # the interpreter with torch 1.13; the python3 on PATH has no torch
-RUN_LIMIT=60         # seconds for one dtrun run
-
-work=$(mktemp -d)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" launch_single_node_test "$@"
+RUN_LIMIT=60  # seconds for one dtrun run
 # Every dtrun run here is in the foreground under timeout(1), so no background process is left
 # to stop; the workers die with dtrun (their process groups are killed, PDEATHSIG covers the rest).
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
 
-fail() { echo "launch_single_node_test: FAIL: $*" >&2; exit 1; }
 # expect_eq <what> <expected> <got>
-expect_eq() { [[ $2 == "$3" ]] || fail "$1: expected '$(oneline "$2")', got '$(oneline "$3")'"; }
+expect_eq() { [[ $2 == "$3" ]] || die "$1: expected '$(oneline "$2")', got '$(oneline "$3")'"; }
 # Shows a multi-line text on one line (newlines as \n) for FAIL messages.
 oneline() { printf '%s' "$1" | sed ':a;N;$!ba;s/\n/\\n/g'; }
 # expect_file <what> <file> <expected content, without the final newline>
 expect_file() {
-  [[ -f $2 ]] || fail "$1: expected file $2 to exist, it does not"
+  [[ -f $2 ]] || die "$1: expected file $2 to exist, it does not"
   local got
   got=$(<"$2")
-  [[ $got == "$3" ]] || fail "$1: expected '$(oneline "$3")', got '$(oneline "$got")'"
+  [[ $got == "$3" ]] || die "$1: expected '$(oneline "$3")', got '$(oneline "$got")'"
 }
 # expect_line <what> <file> <exact line>: the line occurs in the file.
-expect_line() { grep -qxF -- "$3" "$2" || fail "$1: expected the line '$3' in $(basename "$2"), not found"; }
-expect_no_match() { ! grep -qF -- "$3" "$2" || fail "$1: expected no '$3' in $(basename "$2"), found it"; }
+expect_line() { grep -qxF -- "$3" "$2" || die "$1: expected the line '$3' in $(basename "$2"), not found"; }
+expect_no_match() { ! grep -qF -- "$3" "$2" || die "$1: expected no '$3' in $(basename "$2"), found it"; }
 # Value of NAME in an `env` dump; "<unset>" when absent.
 envval() { local v; v=$(grep -m1 "^$2=" "$1") || { echo "<unset>"; return; }; echo "${v#*=}"; }
 now() { echo "${EPOCHREALTIME/./}"; }  # microseconds
 status_text() { if [[ $1 -eq 124 ]]; then echo "124 (timed out after $RUN_LIMIT s)"; else echo "$1"; fi; }
 
-[[ -x $DTRUN ]] || fail "dtrun binary: expected an executable at '$DTRUN'"
-[[ -x $PY ]] || fail "$PY: expected Debian's python3 with torch 1.13, not found"
-$PY -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
-  fail "$PY: expected to import torch.distributed (python3-torch 1.13), it cannot"
+[[ -x $PYTHON ]] || die "$PYTHON: expected Debian's python3 with torch 1.13, not found"
+$PYTHON -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
+  die "$PYTHON: expected to import torch.distributed (python3-torch 1.13), it cannot"
 
 # Workers are copied so that their exec bits do not depend on the checkout.
 W=$work/workers
@@ -85,7 +78,7 @@ run() {
 expect_rc() {
   [[ $rc -eq $2 ]] || {
     sed 's/^/    | /' "$work/$1.err" | tail -n 30 >&2
-    fail "$1: dtrun exit code: expected $2, got $(status_text "$rc")"
+    die "$1: dtrun exit code: expected $2, got $(status_text "$rc")"
   }
 }
 
@@ -102,10 +95,10 @@ check_env() {  # <name> <nproc> <run id> <role> <max restarts> <expected OMP or 
   local count
   count=$(find "$attempt" -mindepth 1 -maxdepth 1 -type d | wc -l)
   expect_eq "$name: rank directories in attempt_0" "$n" "$count"
-  [[ ! -e $work/$name/logs/$id/attempt_1 ]] || fail "$name: expected no attempt_1 after a clean run, found one"
+  [[ ! -e $work/$name/logs/$id/attempt_1 ]] || die "$name: expected no attempt_1 after a clean run, found one"
   for ((r = 0; r < n; r++)); do
     local f=$attempt/$r/env what="$name rank $r"
-    [[ -f $f ]] || fail "$what: expected $f written by the worker, missing"
+    [[ -f $f ]] || die "$what: expected $f written by the worker, missing"
     expect_eq "$what RANK" "$r" "$(envval "$f" RANK)"
     expect_eq "$what LOCAL_RANK" "$r" "$(envval "$f" LOCAL_RANK)"
     expect_eq "$what WORLD_SIZE" "$n" "$(envval "$f" WORLD_SIZE)"
@@ -118,7 +111,7 @@ check_env() {  # <name> <nproc> <run id> <role> <max restarts> <expected OMP or 
     expect_eq "$what MASTER_ADDR" 127.0.0.1 "$(envval "$f" MASTER_ADDR)"
     local p
     p=$(envval "$f" MASTER_PORT)
-    [[ $p =~ ^[1-9][0-9]*$ && $p -le 65535 ]] || fail "$what MASTER_PORT: expected a port 1-65535, got '$p'"
+    [[ $p =~ ^[1-9][0-9]*$ && $p -le 65535 ]] || die "$what MASTER_PORT: expected a port 1-65535, got '$p'"
     [[ -n $port ]] || port=$p
     expect_eq "$what MASTER_PORT (same for every rank)" "$port" "$p"
     expect_file "$what: the store at MASTER_ADDR:MASTER_PORT while workers run" "$attempt/$r/store" reachable
@@ -172,11 +165,11 @@ check_gloo() {  # <name> <nproc>
 rank $r/$n: all_gather = [$gather]"
   done
 }
-run gloo2 PYTHON_EXEC=$PY GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=2 --rdzv_id=gloo \
+run gloo2 PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=2 --rdzv_id=gloo \
   --log_dir=@LOGS@ "$W/gloo_allreduce.py"
 expect_rc gloo2 0
 check_gloo gloo2 2
-run gloo4 PYTHON_EXEC=$PY GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=gloo \
+run gloo4 PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=gloo \
   --log_dir=@LOGS@ "$W/gloo_allreduce.py"
 expect_rc gloo4 0
 check_gloo gloo4 4
@@ -185,13 +178,13 @@ check_gloo gloo4 4
 # every rank's "Results" line (time stamps compared across the per-rank stdout.log files).
 seed_args=(--nnodes=1 --nproc_per_node=4 --node_rank=0 --world_size=4 --backend=gloo
   --init_method=env://)
-run barrier PYTHON_EXEC=$PY GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
+run barrier PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
   --log_dir=@LOGS@ "$W/barrier_seed.py" "${seed_args[@]}"
 expect_rc barrier 0
 latest_wait="" earliest_result=""
 for r in 0 1 2 3; do
   log=$work/barrier/logs/seed/attempt_0/$r/stdout.log
-  [[ -f $log ]] || fail "barrier rank $r: expected $log, missing"
+  [[ -f $log ]] || die "barrier rank $r: expected $log, missing"
   wait_line=$(grep -E '^[0-9-]+ [0-9:.]+ \[INFO\]: I HAVE BARRIER DUDE! WAITING FOR ALL PROCESSES TO SYNCHRONIZE\.\.\.$' "$log" || true)
   result_line=$(grep -E '^[0-9-]+ [0-9:.]+ \[INFO\]: Results: \[\[1, 2, 3\]\]$' "$log" || true)
   expect_eq "barrier rank $r: 'waiting' lines" 1 "$(printf '%s' "$wait_line" | grep -c . || true)"
@@ -204,17 +197,17 @@ for r in 0 1 2 3; do
   if [[ -z $earliest_result || $tr < $earliest_result ]]; then earliest_result=$tr; fi
 done
 [[ $latest_wait < $earliest_result ]] ||
-  fail "barrier: expected every 'waiting' line before every 'Results' line, got the last wait at $latest_wait and the first result at $earliest_result"
+  die "barrier: expected every 'waiting' line before every 'Results' line, got the last wait at $latest_wait and the first result at $earliest_result"
 
 # Without the barrier it just completes, with both lines on every rank.
-run nobarrier PYTHON_EXEC=$PY GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
+run nobarrier PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
   --log_dir=@LOGS@ "$W/barrier_seed.py" "${seed_args[@]}" --run_with_no_barrier
 expect_rc nobarrier 0
 for r in 0 1 2 3; do
   log=$work/nobarrier/logs/seed/attempt_0/$r/stdout.log
-  [[ -f $log ]] || fail "nobarrier rank $r: expected $log, missing"
-  grep -qE '\[INFO\]: I HAVE NO BARRIER DUDE!$' "$log" || fail "nobarrier rank $r: expected the no-barrier line, missing"
-  grep -qE '\[INFO\]: Results: \[\[1, 2, 3\]\]$' "$log" || fail "nobarrier rank $r: expected the Results line, missing"
+  [[ -f $log ]] || die "nobarrier rank $r: expected $log, missing"
+  grep -qE '\[INFO\]: I HAVE NO BARRIER DUDE!$' "$log" || die "nobarrier rank $r: expected the no-barrier line, missing"
+  grep -qE '\[INFO\]: Results: \[\[1, 2, 3\]\]$' "$log" || die "nobarrier rank $r: expected the Results line, missing"
   expect_no_match "nobarrier rank $r: no barrier line" "$log" "I HAVE BARRIER DUDE"
 done
 
@@ -223,21 +216,21 @@ done
 mkdir -p "$work/pymod/dtrun_itest_mod"
 : >"$work/pymod/dtrun_itest_mod/__init__.py"
 cp "$W/pyargs.py" "$work/pymod/dtrun_itest_mod/show.py"
-run module PYTHON_EXEC=$PY PYTHONPATH="$work/pymod" -- --nproc_per_node=2 --rdzv_id=mod \
+run module PYTHON_EXEC=$PYTHON PYTHONPATH="$work/pymod" -- --nproc_per_node=2 --rdzv_id=mod \
   --log_dir=@LOGS@ -m dtrun_itest_mod.show '--tag=rank${local_rank}' plain '${local_rank}'
 expect_rc module 0
 for r in 0 1; do
   expect_file "module rank $r: interpreter command line" "$work/module/logs/mod/attempt_0/$r/argv" \
-    "[\"$PY\", \"-u\", \"-m\", \"dtrun_itest_mod.show\", \"--tag=rank$r\", \"plain\", \"$r\"]"
+    "[\"$PYTHON\", \"-u\", \"-m\", \"dtrun_itest_mod.show\", \"--tag=rank$r\", \"plain\", \"$r\"]"
 done
 
 # A .py script: PYTHON_EXEC -u <script> <args>, ${local_rank} substituted, other text untouched.
-run pyscript PYTHON_EXEC=$PY -- --nproc_per_node=3 --rdzv_id=py --log_dir=@LOGS@ \
+run pyscript PYTHON_EXEC=$PYTHON -- --nproc_per_node=3 --rdzv_id=py --log_dir=@LOGS@ \
   "$W/pyargs.py" 'a-${local_rank}-b-${local_rank}' '${LOCAL_RANK}' '$local_rank' '${local_rank'
 expect_rc pyscript 0
 for r in 0 1 2; do
   expect_file "pyscript rank $r: interpreter command line" "$work/pyscript/logs/py/attempt_0/$r/argv" \
-    "[\"$PY\", \"-u\", \"$W/pyargs.py\", \"a-$r-b-$r\", \"\${LOCAL_RANK}\", \"\$local_rank\", \"\${local_rank\"]"
+    "[\"$PYTHON\", \"-u\", \"$W/pyargs.py\", \"a-$r-b-$r\", \"\${LOCAL_RANK}\", \"\$local_rank\", \"\${local_rank\"]"
 done
 
 # --no_python: the program itself gets the substituted arguments.
@@ -258,7 +251,7 @@ run restart_ok -- --nproc_per_node=3 --max_restarts=2 --rdzv_id=rs --log_dir=@LO
 expect_rc restart_ok 0
 base=$work/restart_ok/logs/rs
 for a in 0 1 2; do
-  [[ -d $base/attempt_$a ]] || fail "restart_ok: expected attempt_$a to be kept, missing"
+  [[ -d $base/attempt_$a ]] || die "restart_ok: expected attempt_$a to be kept, missing"
   expect_file "restart_ok attempt $a rank 2 stdout" "$base/attempt_$a/2/stdout.log" "attempt $a rank 2"
 done
 for a in 0 1; do
@@ -267,7 +260,7 @@ done
 for r in 0 1 2; do
   expect_file "restart_ok attempt 2 rank $r stdout" "$base/attempt_2/$r/stdout.log" "attempt 2 rank $r"
 done
-[[ ! -e $base/attempt_3 ]] || fail "restart_ok: expected no attempt_3, found one"
+[[ ! -e $base/attempt_3 ]] || die "restart_ok: expected no attempt_3, found one"
 expect_no_match "restart_ok: no failure report on success" "$work/restart_ok.err" "FAILED"
 
 # Only one restart: attempt 1 fails too, dtrun exits 7 with the report naming rank 2.
@@ -275,8 +268,8 @@ run restart_out -- --nproc_per_node=3 --max_restarts=1 --rdzv_id=rs --log_dir=@L
   --no_python "$W/flaky.sh" 2 7 2
 expect_rc restart_out 7
 base=$work/restart_out/logs/rs
-[[ -d $base/attempt_1 ]] || fail "restart_out: expected attempt_1, missing"
-[[ ! -e $base/attempt_2 ]] || fail "restart_out: expected no attempt_2 after the budget ran out, found one"
+[[ -d $base/attempt_1 ]] || die "restart_out: expected attempt_1, missing"
+[[ ! -e $base/attempt_2 ]] || die "restart_out: expected no attempt_2 after the budget ran out, found one"
 pid=$(<"$base/attempt_1/2/pid")
 err=$work/restart_out.err
 expect_line "restart_out report" "$err" "$W/flaky.sh FAILED"
@@ -296,7 +289,7 @@ check_exit() {  # <name> <mode> <dtrun code> <report exitcode> [traceback line]
   run "$name" -- --nproc_per_node=3 --rdzv_id=ex --log_dir=@LOGS@ --shutdown_timeout=5 \
     --no_python "$W/exit_code.sh" "$2"
   expect_rc "$name" "$3"
-  [[ $elapsed_ms -lt 4000 ]] || fail "$name: expected dtrun to stop the other ranks at once, took $elapsed_ms ms"
+  [[ $elapsed_ms -lt 4000 ]] || die "$name: expected dtrun to stop the other ranks at once, took $elapsed_ms ms"
   local pid
   pid=$(<"$work/$name/logs/ex/attempt_0/1/pid")
   expect_line "$name report" "$work/$name.err" "$W/exit_code.sh FAILED"
@@ -327,7 +320,7 @@ expect_file "stderr3: the traceback's lines in order" "$work/stderr3.tb" "  trac
 check_exit stderr40 stderr:40 5 5
 first=$(sed -n 's/^  traceback : stderr line \([0-9]*\) of rank 1$/\1/p' "$work/stderr40.err")
 [[ $first =~ ^[0-9]+$ && $first -gt 1 ]] ||
-  fail "stderr40 report: expected the traceback to start after stderr line 1 (a tail), got first line '$first'"
+  die "stderr40 report: expected the traceback to start after stderr line 1 (a tail), got first line '$first'"
 grep -A$((40 - first)) -xF "  traceback : stderr line $first of rank 1" "$work/stderr40.err" >"$work/stderr40.tb"
 expect_file "stderr40: the traceback is stderr lines $first..40 in order" "$work/stderr40.tb" \
   "$(echo "  traceback : stderr line $first of rank 1"; for ((i = first + 1; i <= 40; i++)); do echo "    stderr line $i of rank 1"; done)"
@@ -345,7 +338,7 @@ expect_line "legacy report" "$work/legacy.err" \
   "  error_file: $work/legacy/logs/ex/attempt_0/1/error.json"
 
 # torch's own @record writes the error file; the report quotes the exception.
-run record PYTHON_EXEC=$PY -- --nproc_per_node=2 --rdzv_id=rec --log_dir=@LOGS@ "$W/record_fail.py"
+run record PYTHON_EXEC=$PYTHON -- --nproc_per_node=2 --rdzv_id=rec --log_dir=@LOGS@ "$W/record_fail.py"
 expect_rc record 1
 expect_line "record report" "$work/record.err" "  rank      : 1 (local_rank: 1)"
 expect_line "record report" "$work/record.err" "  error_file: $work/record/logs/rec/attempt_0/1/error.json"
@@ -378,7 +371,7 @@ logrun() {  # <name> <dtrun options...>
 expect_console() {  # <name> <out|err> <expected sorted lines>
   local got
   got=$(console "$1" "$2")
-  [[ $got == "$3" ]] || fail "$1: console std$2: expected '$(oneline "$3")', got '$(oneline "$got")'"
+  [[ $got == "$3" ]] || die "$1: console std$2: expected '$(oneline "$3")', got '$(oneline "$got")'"
 }
 
 logrun plain
@@ -440,7 +433,7 @@ run nologdir OMP_NUM_THREADS=1 TMPDIR="$work/tmpdir" -- --nproc_per_node=2 --rdz
 expect_rc nologdir 0
 made=$(find "$work/tmpdir" -mindepth 1 -maxdepth 1)
 [[ $(printf '%s\n' "$made" | grep -c .) -eq 1 ]] ||
-  fail "nologdir: expected exactly one new directory under TMPDIR, got '$(oneline "$made")'"
+  die "nologdir: expected exactly one new directory under TMPDIR, got '$(oneline "$made")'"
 expect_eq "nologdir: lines naming the log directory $made/fresh" 1 \
   "$(grep -cF "$made/fresh" "$work/nologdir.err" || true)"
 for r in 0 1; do
@@ -453,7 +446,7 @@ done
 run missing OMP_NUM_THREADS=1 -- --nproc_per_node=2 --log_dir=@LOGS@ --log-level=warn \
   --no_python ./trian
 expect_rc missing 127
-[[ $elapsed_ms -lt 2000 ]] || fail "missing: expected to fail at once, took $elapsed_ms ms"
+[[ $elapsed_ms -lt 2000 ]] || die "missing: expected to fail at once, took $elapsed_ms ms"
 expect_file "missing: dtrun's stderr" "$work/missing.err" "dtrun: cannot run ./trian: No such file or directory"
 expect_file "missing: dtrun's stdout" "$work/missing.out" ""
 run missing_info OMP_NUM_THREADS=1 -- --nproc_per_node=2 --log_dir=@LOGS@ --no_python ./trian
