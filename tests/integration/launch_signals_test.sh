@@ -24,11 +24,6 @@ tpid=""  # the subshell running timeout(1), which runs dtrun
 dpid=""  # dtrun itself
 worker_pids=()
 
-# True while $1 runs (a zombie, exited but not yet reaped, counts as stopped).
-running() {
-  kill -0 "$1" 2>/dev/null && [[ -r /proc/$1/stat ]] &&
-    [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]
-}
 # The PIDs of $1's children (on one line).
 children() { tr -s ' ' <"/proc/$1/task/$1/children" 2>/dev/null | sed 's/ $//' || true; }
 # True if $1 runs the program whose path starts with $2 (guards against a reused PID).

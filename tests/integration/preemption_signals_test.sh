@@ -15,21 +15,14 @@
 # Every process this script started is stopped by its PID on exit; one mktemp directory.
 set -euo pipefail
 
-DTRUN=${1:?usage: preemption_signals_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" preemption_signals_test "$@"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
-LIMIT=60
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || LIMIT=120
 
-work=$(mktemp -d)
 agents=()
 worker_pids=()
-
-running() {  # a zombie (exited, not yet reaped) counts as stopped
-  kill -0 "$1" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
-}
-cleanup() {
+stop_ours() {  # the agents, then any worker left, each by its PID
   local p
   for p in "${agents[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${agents[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -38,16 +31,13 @@ cleanup() {
       kill -KILL "$p" 2>/dev/null || true
     fi
   done
-  rm -rf "$work"
 }
-trap cleanup EXIT
+at_exit stop_ours
 
-fail() { echo "preemption_signals_test: FAIL: $*" >&2; exit 1; }
-[[ -x $DTRUN ]] || fail "dtrun binary: expected an executable at '$DTRUN'"
 cp "$HERE/workers/preempt_worker.sh" "$work/"
 chmod +x "$work/preempt_worker.sh"
 # Whatever scheduler this test itself runs under must not leak into the fake job.
-while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(SLURM|PBS)_|^PET_' || true)
+clear_scheduler_env
 unset TORCH_ELASTIC_SHUTDOWN_TIMEOUT
 
 # A job id whose port (20000 + id mod 10000, step 0) nobody listens on now.
@@ -59,7 +49,7 @@ for _ in $(seq 50); do
     break
   fi
 done
-[[ -n $job ]] || fail "no free port in 21000-29999 after 50 tries"
+[[ -n $job ]] || die "no free port in 21000-29999 after 50 tries"
 
 # start <scenario> <node 0's worker mode> <node 1's> [dtrun options...]: both agents in the
 # background, then every worker's pid.
@@ -86,10 +76,10 @@ start() {
       local pidfile=$work/$name/n$node/$job.0/attempt_0/$r/pid
       for ((i = 0; i < 300; i++)); do  # 30 s
         [[ -s $pidfile ]] && break
-        running "${agents[node]}" || { cat "$work/$name.$node.out" >&2; fail "$name: node $node's dtrun exited before local rank $r started"; }
+        running "${agents[node]}" || { cat "$work/$name.$node.out" >&2; die "$name: node $node's dtrun exited before local rank $r started"; }
         sleep 0.1
       done
-      [[ -s $pidfile ]] || { tail -n 20 "$work/$name.$node.out" >&2; fail "$name: node $node local rank $r did not start within 30 s"; }
+      [[ -s $pidfile ]] || { tail -n 20 "$work/$name.$node.out" >&2; die "$name: node $node local rank $r did not start within 30 s"; }
       worker_pids+=("$(<"$pidfile")")
     done
   done
@@ -103,21 +93,21 @@ await_marks() {
     [[ $got == "$2 0 $2 1 $2 2 $2 3 " ]] && return
     sleep 0.1
   done
-  fail "$1: expected ranks 0..3 to record SIG$2, got '$got'"
+  die "$1: expected ranks 0..3 to record SIG$2, got '$got'"
 }
 
 expect_alive() {  # <scenario> <when>
   local p
-  for p in "${agents[@]}"; do running "$p" || fail "$1: dtrun (pid $p) exited $2"; done
-  for p in "${worker_pids[@]}"; do running "$p" || fail "$1: worker pid $p exited $2"; done
+  for p in "${agents[@]}"; do running "$p" || die "$1: dtrun (pid $p) exited $2"; done
+  for p in "${worker_pids[@]}"; do running "$p" || die "$1: worker pid $p exited $2"; done
 }
 
 # ---------------------------------------------------------------------------------------------
 start usr slow slow
 grep -q "scheduler           : slurm job $job.0: 2 nodes from SLURM_STEP_NODELIST=localhost,localhost" "$work/usr.0.out" ||
-  fail "usr: expected the banner's scheduler row, got: $(grep scheduler "$work/usr.0.out" || true)"
+  die "usr: expected the banner's scheduler row, got: $(grep scheduler "$work/usr.0.out" || true)"
 grep -q "master_port=$((20000 + job)) (derived from SLURM_JOB_ID+SLURM_STEP_ID)" "$work/usr.1.out" ||
-  fail "usr: expected node 1 to take the job's port $((20000 + job)) from the job id"
+  die "usr: expected node 1 to take the job's port $((20000 + job)) from the job id"
 kill -USR1 "${agents[@]}"
 await_marks usr USR1
 expect_alive usr "after SIGUSR1 (it must only be forwarded)"
@@ -127,11 +117,11 @@ expect_alive usr "after SIGUSR2 (it must only be forwarded)"
 touch "$work/usr.go"
 for node in 0 1; do
   wait_agent "${agents[node]}" $((SECONDS + LIMIT))
-  [[ $rc -eq 0 ]] || { tail -n 20 "$work/usr.$node.out" >&2; fail "usr: node $node's dtrun exited $rc, expected 0"; }
+  [[ $rc -eq 0 ]] || { tail -n 20 "$work/usr.$node.out" >&2; die "usr: node $node's dtrun exited $rc, expected 0"; }
   grep -q "received SIGUSR1: forwarding it to every worker (the job keeps running)" "$work/usr.$node.out" ||
-    fail "usr: node $node did not log the forwarded SIGUSR1"
+    die "usr: node $node did not log the forwarded SIGUSR1"
 done
-[[ ! -e $work/usr/n0/$job.0/attempt_1 ]] || fail "usr: the worker group was restarted"
+[[ ! -e $work/usr/n0/$job.0/attempt_1 ]] || die "usr: the worker group was restarted"
 echo "preemption_signals_test: usr ok (SIGUSR1 and SIGUSR2 reached ranks 0..3 on both nodes, job succeeded)"
 
 # ---------------------------------------------------------------------------------------------
@@ -140,12 +130,12 @@ kill -TERM "${agents[@]}"
 await_marks term TERM
 for node in 0 1; do
   wait_agent "${agents[node]}" $((SECONDS + LIMIT))
-  [[ $rc -eq 143 ]] || { tail -n 20 "$work/term.$node.out" >&2; fail "term: node $node's dtrun exited $rc, expected 143"; }
+  [[ $rc -eq 143 ]] || { tail -n 20 "$work/term.$node.out" >&2; die "term: node $node's dtrun exited $rc, expected 143"; }
   ! grep -q "lost the rendezvous store" "$work/term.$node.out" ||
-    fail "term: node $node reported a lost store while stopping for SIGTERM"
+    die "term: node $node reported a lost store while stopping for SIGTERM"
 done
 grep -q "workers still running 3000 ms after the stop signal: sending SIGKILL" "$work/term.1.out" ||
-  fail "term: node 1 did not wait for the grace period before SIGKILL"
-for p in "${worker_pids[@]}"; do running "$p" && fail "term: worker pid $p survived"; done
+  die "term: node 1 did not wait for the grace period before SIGKILL"
+for p in "${worker_pids[@]}"; do running "$p" && die "term: worker pid $p survived"; done
 echo "preemption_signals_test: term ok (node 0 exited 143 at once, node 1 SIGKILLed its workers after the grace and exited 143)"
 echo "preemption_signals_test: PASS"

@@ -14,9 +14,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib/preamble.sh" torch_store_test "$@"
 STEP_TIMEOUT=60  # seconds for one client process
 
-# True while $1 runs (a zombie, exited but not yet reaped, counts as stopped).
-running() { [[ -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) != Z ]]; }
-
 # Describes exit status $1 (timeout(1) exits 124 when it had to stop the command).
 status_text() { if [[ $1 -eq 124 ]]; then echo "exited 124 (timed out)"; else echo "exited $1"; fi; }
 

@@ -10,6 +10,7 @@
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
 #   free_port        a loopback TCP port free right now (a random one if Python fails)
+#   running <pid>    true while the process runs (a zombie, exited but not reaped, has stopped)
 #   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
 #   work       a fresh directory; pids: background processes the test started
 #   forget <pid>     drops a reaped pid from pids, so the cleanup never signals a reused pid
@@ -36,6 +37,10 @@ BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 SANITIZED=0
 [[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || SANITIZED=1
 LIMIT=$((SANITIZED ? 120 : 60))
+running() {
+  kill -0 "$1" 2>/dev/null && [[ -r /proc/$1/stat ]] &&
+    [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]
+}
 
 preamble_unset_matching() {  # <extended regex>: unsets every variable whose name matches
   local var
