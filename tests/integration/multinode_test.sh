@@ -9,37 +9,14 @@
 # directory, removed on exit. Failures are collected; exit 1 if any.
 set -euo pipefail
 
-DTRUN=${1:?usage: multinode_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" multinode_test "$@"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 WORKER=$HERE/workers/node_worker.sh
-LIMIT=60
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || LIMIT=120
 # Fast liveness for tests: a silent node is dead after 1 s, a silent store lost after 3 s.
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=3,last_call_timeout=0.5
 FAST=$FAST,close_timeout=5
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-unset PET_NNODES PET_NODE_RANK PET_RDZV_ENDPOINT PET_RDZV_BACKEND PET_RDZV_CONF PET_MAX_RESTARTS \
-  PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_RDZV_ID PET_LOG_DIR
-
-fail_count=0
-note_fail() { echo "multinode_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
-pass() { echo "multinode_test: $*"; }
-
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-    echo $((20000 + RANDOM % 20000))
-}
 
 # start <name> <dtrun args...>: one agent in the background (its PID is dtrun's own, so that
 # kill -9 reaches the agent); output in $work/<name>.out.
@@ -328,8 +305,4 @@ else
   tail -n 5 "$work/s_2.out" | sed 's/^/    | /' >&2
 fi
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "multinode_test: FAIL ($fail_count failures)" >&2
-  exit 1
-fi
-echo "multinode_test: PASS"
+end_test

@@ -9,6 +9,7 @@
 #   die <why>        one FAIL line naming the test, then exit 1
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
+#   end_test [<detail>]  the last line: FAIL and exit 1 if note_fail was called, else PASS
 #   free_port        a loopback TCP port free right now (a random one if Python fails)
 #   running <pid>    true while the process runs (a zombie, exited but not reaped, has stopped)
 #   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
@@ -28,6 +29,13 @@ die() { echo "$TEST_NAME: FAIL: $*" >&2; exit 1; }
 fail_count=0
 note_fail() { echo "$TEST_NAME: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 pass() { echo "$TEST_NAME: $*"; }
+end_test() {
+  if [[ $fail_count -ne 0 ]]; then
+    echo "$TEST_NAME: FAIL ($fail_count failures${1:+, $1})" >&2
+    exit 1
+  fi
+  echo "$TEST_NAME: PASS${1:+ ($1)}"
+}
 free_port() {
   "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
     2>/dev/null || echo $((20000 + RANDOM % 20000))
