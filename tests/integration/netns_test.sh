@@ -9,13 +9,11 @@
 # namespace, and everything (processes by PID, namespaces, the route) is removed on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: netns_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" netns_test "$@"
 WORKER=$HERE/workers/node_worker.sh
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
-LIMIT=60
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || LIMIT=120
 
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
   echo "netns_test: SKIP: needs root, iproute2 and nsenter"
@@ -26,14 +24,8 @@ fi
 tag=dt$(($$ % 10000))
 subnet=10.213.$(($$ % 200 + 20))
 hosts=(node1 node2 node3)
-work=$(mktemp -d)
-pids=()
-name=netns_test
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
-
-fail_count=0
-note_fail() { echo "netns_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 
 netns_hosts_up
 addr_of() { echo "$subnet.$((11 + $1))"; }
@@ -118,8 +110,4 @@ else
   tail -n 5 "$work/0.out" | sed 's/^/    | /' >&2
 fi
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "netns_test: FAIL ($fail_count failures)" >&2
-  exit 1
-fi
-echo "netns_test: PASS"
+end_test

@@ -14,13 +14,11 @@
 # removed on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: pbs_netns_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" pbs_netns_test "$@"
 WORKER=$HERE/workers/node_worker.sh
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
-LIMIT=60
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || LIMIT=120
 
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null ||
   ! command -v unshare >/dev/null; then
@@ -31,14 +29,8 @@ fi
 tag=dsch$(($$ % 10000))
 subnet=10.214.$(($$ % 200 + 20))
 hosts=(cn1 cn2)
-work=$(mktemp -d)
-pids=()
-name=pbs_netns_test
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
-
-fail_count=0
-note_fail() { echo "pbs_netns_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 
 netns_hosts_up
 {
@@ -56,7 +48,7 @@ on() {
 }
 
 # Whatever scheduler this test itself runs under must not leak into the fake job.
-while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(SLURM|PBS)_|^PET_' || true)
+clear_scheduler_env
 
 # job <name> <job id> <node file text>: one agent per host with PBS's environment; waits for both.
 declare -A rc_of=()
@@ -123,8 +115,4 @@ else
   note_fail "stranger: exit $rc, output '$out'"
 fi
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "pbs_netns_test: FAIL ($fail_count failures)" >&2
-  exit 1
-fi
-echo "pbs_netns_test: PASS"
+end_test

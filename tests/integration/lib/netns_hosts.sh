@@ -1,28 +1,25 @@
-# "Hosts" as network namespaces on one bridge, for tests sourcing this file. The caller sets
-#   name   its name, for SKIP lines
+# "Hosts" as network namespaces on one bridge, for tests sourcing this file after preamble.sh
+# (whose exit stops the processes in pids, then runs at_exit commands, then removes work). The
+# caller sets
 #   tag    a namespace prefix of its own; subnet  "A.B.C" of its own; hosts  (host names)
-#   work   a scratch directory; pids  (processes it starts, stopped by PID on exit)
 # then calls netns_hosts_up: a blackhole route for the subnet first (a stray packet from the root
 # namespace fails at once), a bridge namespace "$tag-sw", and one namespace "$tag-<host>" per
-# host at $subnet.(11 + index). The EXIT trap removes processes, namespaces, route and $work.
+# host at $subnet.(11 + index). On exit the namespaces and the route are removed.
 # Without root, iproute2 or namespaces it prints SKIP and exits 0.
 made=()
 
 netns_hosts_cleanup() {
-  local p ns
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  local ns
   for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
   ip route del blackhole "$subnet.0/24" 2>/dev/null || true
-  rm -rf "$work"
 }
 
 netns_hosts_up() {
-  trap netns_hosts_cleanup EXIT
-  ip route add blackhole "$subnet.0/24" || { echo "$name: SKIP: cannot add a route"; exit 0; }
+  at_exit netns_hosts_cleanup
+  ip route add blackhole "$subnet.0/24" || { echo "$TEST_NAME: SKIP: cannot add a route"; exit 0; }
   sw=$tag-sw
   if ! ip netns add "$sw" 2>/dev/null; then
-    echo "$name: SKIP: cannot create network namespaces here"
+    echo "$TEST_NAME: SKIP: cannot create network namespaces here"
     exit 0
   fi
   made+=("$sw")
