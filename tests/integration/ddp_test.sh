@@ -20,30 +20,20 @@
 # loopback only; one mktemp directory, removed on exit. Failures are collected, then exit 1.
 set -euo pipefail
 
-DTRUN=${1:?usage: ddp_test.sh /path/to/dtrun}
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" ddp_test "$@"
 RUN_LIMIT=${DDP_TEST_RUN_LIMIT:-90}
 export DTRUN_TIMEOUT=30
 
-fail_count=0
-note_fail() { echo "ddp_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
-die() { echo "ddp_test: FAIL: $*" >&2; exit 1; }
-
-[[ -x $DTRUN ]] || die "dtrun binary: expected an executable at '$DTRUN'"
-build=$(cd "$(dirname "$DTRUN")/.." && pwd)
-root=$(cd "$(dirname "$0")/../.." && pwd)
-TOY=$build/demos/toy_ddp/toy_ddp
-RESNET=$build/demos/resnet_ddp/resnet_ddp
+TOY=$BUILD/demos/toy_ddp/toy_ddp
+RESNET=$BUILD/demos/resnet_ddp/resnet_ddp
 if [[ ! -x $TOY || ! -x $RESNET ]]; then
   echo "ddp_test: SKIP: $TOY or $RESNET not built (needs libtorch-dev; never in sanitizer builds)"
   exit 0
 fi
 
-work=$(mktemp -d)
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
 ulimit -c 0
-unset OMP_NUM_THREADS PET_NPROC_PER_NODE PET_MAX_RESTARTS PET_TEE PET_REDIRECTS PET_LOG_DIR \
-  PET_RDZV_ID PET_NO_PYTHON PET_MODULE DTRT_LOG_FILE
+unset OMP_NUM_THREADS DTRT_LOG_FILE
 
 rc=0
 # run <name> <nproc> <binary> <args...>: logs under $work/logs/<name>/attempt_0/<rank>/.
@@ -102,7 +92,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # training and resume
 data=$work/cifar
-"$root/scripts/make-cifar10-sample" "$data" --train 1000 --test 200 >/dev/null ||
+"$ROOT/scripts/make-cifar10-sample" "$data" --train 1000 --test 200 >/dev/null ||
   die "scripts/make-cifar10-sample failed"
 resnet=(--data-dir "$data" --batch_size 16 --width 8 --max-steps 30 --log-every 10
   --learning_rate 0.05 --random_seed 3)
@@ -143,8 +133,4 @@ if run train 2 "$RESNET" "${resnet[@]}" --num_epochs 2 --model_dir "$work/m_trai
   fi
 fi
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "ddp_test: $fail_count check(s) failed" >&2
-  exit 1
-fi
-echo "ddp_test: all checks passed"
+end_test

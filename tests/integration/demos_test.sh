@@ -24,38 +24,25 @@
 # collected: every scenario runs, then the script exits 1 if any failed.
 set -euo pipefail
 
-DTRUN=${1:?usage: demos_test.sh /path/to/dtrun}
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PY=/usr/bin/python3  # the interpreter with torch 1.13; the python3 on PATH may lack it
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" demos_test "$@"
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower.
-RUN_LIMIT=30
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || RUN_LIMIT=120
-RUN_LIMIT=${DEMOS_TEST_RUN_LIMIT:-$RUN_LIMIT}
+RUN_LIMIT=${DEMOS_TEST_RUN_LIMIT:-$((SANITIZED ? 120 : 30))}
 BARRIER_RUNS=${DEMOS_TEST_BARRIER_RUNS:-20}
 export DTRUN_TIMEOUT=10 GLOO_SOCKET_IFNAME=lo
 
-fail_count=0
-note_fail() { echo "demos_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
-die() { echo "demos_test: FAIL: $*" >&2; exit 1; }
-
-[[ -x $DTRUN ]] || die "dtrun binary: expected an executable at '$DTRUN'"
-BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 for demo in barrier p2p collectives; do
   [[ -x $BUILD/demos/$demo/$demo ]] ||
     die "demo: expected $BUILD/demos/$demo/$demo (build it with ninja -C $BUILD $demo)"
 done
 
-work=$(mktemp -d)
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
 ulimit -c 0
-unset OMP_NUM_THREADS PET_NPROC_PER_NODE PET_MAX_RESTARTS PET_TEE PET_REDIRECTS PET_LOG_DIR \
-  PET_RDZV_ID PET_NO_PYTHON PET_MODULE TORCH_ELASTIC_SHUTDOWN_TIMEOUT DTRT_LOG_FILE
+unset OMP_NUM_THREADS TORCH_ELASTIC_SHUTDOWN_TIMEOUT DTRT_LOG_FILE
 
 rc=0
 elapsed=0
 # run <name> <nproc> <program> [args...]: a C++ demo (--no_python) or a .py script (run by
-# $PY). dtrun's output in $work/<name>.out/.err, per-rank logs under logdir <name>.
+# $PYTHON). dtrun's output in $work/<name>.out/.err, per-rank logs under logdir <name>.
 run() {
   local name=$1 n=$2 program=$3
   shift 3
@@ -63,7 +50,7 @@ run() {
   [[ $program != *.py ]] || mode=()
   local start=$SECONDS
   rc=0
-  PYTHON_EXEC=$PY timeout -k 5 "$RUN_LIMIT" "$DTRUN" --nproc_per_node="$n" --rdzv_id="$name" \
+  PYTHON_EXEC=$PYTHON timeout -k 5 "$RUN_LIMIT" "$DTRUN" --nproc_per_node="$n" --rdzv_id="$name" \
     --log_dir="$work/$name/logs" "${mode[@]}" "$program" "$@" \
     >"$work/$name.out" 2>"$work/$name.err" || rc=$?
   elapsed=$((SECONDS - start))
@@ -281,8 +268,8 @@ done
 
 # ---------------------------------------------------------------------------------------------
 # python: unmodified torch.distributed scripts.
-if ! "$PY" -c 'import torch.distributed as d; assert d.is_available()' >/dev/null 2>&1; then
-  echo "demos_test: SKIP python demos: $PY cannot import torch.distributed"
+if ! "$PYTHON" -c 'import torch.distributed as d; assert d.is_available()' >/dev/null 2>&1; then
+  echo "demos_test: SKIP python demos: $PYTHON cannot import torch.distributed"
 else
   PYD=$ROOT/demos/python
 
@@ -367,8 +354,4 @@ else
   fi
 fi
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "demos_test: FAIL ($fail_count failures, ${SECONDS} s)" >&2
-  exit 1
-fi
-echo "demos_test: PASS (all scenarios, ${SECONDS} s)"
+end_test "${SECONDS} s"

@@ -14,16 +14,14 @@
 # SKIP without root. Every client runs in a namespace; the cluster is torn down on exit.
 set -euo pipefail
 
-DTRUN=${1:?usage: slurm_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" slurm_test "$@"
 WORKER=$HERE/workers/node_worker.sh
 CLUSTER=$ROOT/scripts/local-slurm.sh
-LIMIT=60 # seconds: the bound on every wait for a job
 
 # Every example job script at least parses (the PBS ones cannot run here: Debian has no PBS).
 for script in "$ROOT"/scripts/slurm/*.sbatch "$ROOT"/scripts/pbs/*.pbs; do
-  bash -n "$script" || { echo "slurm_test: FAIL: $script does not parse" >&2; exit 1; }
+  bash -n "$script" || die "$script does not parse"
 done
 
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
@@ -31,7 +29,6 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/
   exit 0
 fi
 
-work=$(mktemp -d)
 chmod 755 "$work" # munge's socket lives below it
 # A cluster of our own: state folder, namespace prefix and subnet (the pid keeps runs apart).
 export DTRUN_SLURM_DIR=$work/cluster DTRUN_SLURM_NETNS=dslm$(($$ % 1000))
@@ -43,15 +40,9 @@ mkdir -p "$work"/logs/{sbatch,srun,fail,sfail,elastic,pbs,cancel}
 # Every process of our jobs carries this (srun and sbatch pass the environment on); this script
 # does not, so a process found with it is a leftover of a job.
 mark=DTRUN_SLURM_TEST=$work
-cleanup() {
-  bash "$CLUSTER" down 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+at_exit 'bash "$CLUSTER" down 2>/dev/null'
 trap 'exit 143' TERM INT # ctest's timeout: still tear the cluster down
 
-fail_count=0
-note_fail() { echo "slurm_test: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
 stage_start=$SECONDS
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 t=$(now_ms)
@@ -60,8 +51,7 @@ slurm() { (cd "$work" && bash "$CLUSTER" exec env "$mark" DTRUN="$DTRUN" NPROC_P
 
 if ! bash "$CLUSTER" up 2>"$work/up.txt"; then
   sed 's/^/    | /' "$work/up.txt" >&2
-  echo "slurm_test: FAIL: the cluster did not start" >&2
-  exit 1
+  die "the cluster did not start"
 fi
 sed 's/^/slurm_test: /' "$work/up.txt"
 echo "slurm_test: cluster of 3 nodes up after $(($(now_ms) - t)) ms"
@@ -244,8 +234,4 @@ bash "$CLUSTER" down 2>/dev/null
 echo "slurm_test: cluster down after $(($(now_ms) - t)) ms"
 echo "slurm_test: the SLURM stage took $((SECONDS - stage_start)) s"
 
-if [[ $fail_count -ne 0 ]]; then
-  echo "slurm_test: FAIL ($fail_count failures)" >&2
-  exit 1
-fi
-echo "slurm_test: PASS"
+end_test
