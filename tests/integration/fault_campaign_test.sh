@@ -51,18 +51,16 @@
 # blackhole route; every process is stopped by its PID; everything is removed on exit.
 set -uo pipefail
 
-DTRUN=${1:?usage: fault_campaign_test.sh /path/to/dtrun}
-HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" fault_campaign "$@"
 WORKER=$HERE/workers/fault_worker.sh
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 
-sanitized=0
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || sanitized=1
-RUNS=${FAULT_RUNS:-$((sanitized ? 10 : 20))}
+RUNS=${FAULT_RUNS:-$((SANITIZED ? 10 : 20))}
 SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ONLY=${FAULT_ONLY:-}
-BOUND=${FAULT_BOUND:-$((sanitized ? 90 : 40))}
+BOUND=${FAULT_BOUND:-$((SANITIZED ? 90 : 40))}
 NET=${FAULT_NET:-auto}
 for v in RUNS SEED BOUND; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
@@ -82,26 +80,22 @@ esac
 CONF=keep_alive_interval=0.5,keep_alive_max_attempt=4,read_timeout=4,last_call_timeout=0.5
 CONF=$CONF,close_timeout=5,join_timeout=15
 ulimit -c 0  # workers dying of SIGSEGV/SIGABRT leave no core files
-unset PET_NNODES PET_NODE_RANK PET_RDZV_ENDPOINT PET_RDZV_BACKEND PET_RDZV_CONF PET_MAX_RESTARTS \
-  PET_NPROC_PER_NODE PET_MASTER_ADDR PET_MASTER_PORT PET_RDZV_ID PET_LOG_DIR
 
-work=$(mktemp -d)
 tag=dflt$(($$ % 10000))
 subnet=10.216.$(($$ % 250 + 1))
 sw=$tag-sw
 made=()
 route_added=0
 agent_pids=()
-cleanup() {
+stop_ours() {  # the agents, whatever carries our mark, then the namespaces and the route
   local p ns
   for p in "${agent_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   for p in "${agent_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for p in $(marked_pids "fault-$SEED-$$-"); do kill -9 "$p" 2>/dev/null || true; done
   for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
   [[ $route_added -eq 0 ]] || ip route del blackhole "$subnet.0/24" 2>/dev/null || true
-  rm -rf "$work"
 }
-trap cleanup EXIT
+at_exit stop_ours
 
 # The PIDs of live (not zombie) processes whose environment has DTRUN_FAULT_MARK=<prefix>...
 marked_pids() {
@@ -114,8 +108,6 @@ marked_pids() {
 }
 
 proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
-# True while $1 runs (a zombie, exited but not yet reaped, counts as ended).
-running() { kill -0 "$1" 2>/dev/null && [[ $(proc_state "$1") != Z ]]; }
 
 # ---- hosts: network namespaces (when possible) -----------------------------------------------
 netns=0

@@ -18,13 +18,14 @@
 #   at_exit <command>    runs <command> on exit (in order of registration)
 # On exit: every pid in pids is SIGKILLed and reaped, then the at_exit commands run, then work is
 # removed. No PET_* variable stays in the environment: each test sets its options itself.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # its variables are for the test that sources it
 TEST_NAME=$1
 shift
 DTRUN=${1:?usage: $TEST_NAME.sh /path/to/dtrun}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PYTHON=/usr/bin/python3
+
 die() { echo "$TEST_NAME: FAIL: $*" >&2; exit 1; }
 fail_count=0
 note_fail() { echo "$TEST_NAME: FAIL: $*" >&2; fail_count=$((fail_count + 1)); }
@@ -40,15 +41,16 @@ free_port() {
   "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
     2>/dev/null || echo $((20000 + RANDOM % 20000))
 }
+running() {
+  kill -0 "$1" 2>/dev/null && [[ -r /proc/$1/stat ]] &&
+    [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]
+}
+
 [[ -x $DTRUN ]] || die "dtrun binary '$DTRUN' is not executable"
 BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 SANITIZED=0
 [[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || SANITIZED=1
 LIMIT=$((SANITIZED ? 120 : 60))
-running() {
-  kill -0 "$1" 2>/dev/null && [[ -r /proc/$1/stat ]] &&
-    [[ $(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) != Z ]]
-}
 
 preamble_unset_matching() {  # <extended regex>: unsets every variable whose name matches
   local var

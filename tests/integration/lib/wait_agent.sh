@@ -1,11 +1,11 @@
-# Sourced by the multi-node tests. wait_agent <pid> <until>: waits for a background agent until
-# $SECONDS reaches <until>; sets rc to its exit code, or kills it (-9) and sets rc=124. A zombie
-# (pid 1 here may not reap) counts as exited.
+# Sourced by the multi-node tests, after preamble.sh (for `running`). wait_agent <pid> <until>:
+# waits for a background agent until $SECONDS reaches <until>; sets rc to its exit code, or kills
+# it (-9) and sets rc=124. A zombie (pid 1 here may not reap) counts as exited.
 wait_agent() {
   local pid=$1 until=$2
   while kill -0 "$pid" 2>/dev/null && ((SECONDS < until)); do sleep 0.1; done
   rc=0
-  if kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; then
+  if running "$pid"; then
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     rc=124
