@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -25,14 +26,21 @@ struct FreshPath {
   const std::string path = dir.path() / "progress";
 };
 
+// A fresh progress file mapped by a writer and a reader, as a worker and its agent map it.
+struct MappedFile {
+  const FreshPath fresh;
+  const bool created = dtrun::progress::createProgressFile(fresh.path);
+  std::optional<ProgressWriter> writer = ProgressWriter::open(fresh.path);
+  std::optional<ProgressReader> reader = ProgressReader::open(fresh.path);
+};
+
 }  // namespace
 
 TEST_CASE("a progress file carries operations from writer to reader", "[unit][progress]") {
-  const FreshPath fresh;
-  const std::string& path = fresh.path;
-  REQUIRE(dtrun::progress::createProgressFile(path));
-  auto writer = ProgressWriter::open(path);
-  auto reader = ProgressReader::open(path);
+  MappedFile mapped;
+  REQUIRE(mapped.created);
+  auto& writer = mapped.writer;
+  auto& reader = mapped.reader;
   REQUIRE(writer);
   REQUIRE(reader);
 
@@ -69,11 +77,10 @@ TEST_CASE("a progress file carries operations from writer to reader", "[unit][pr
 }
 
 TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][progress]") {
-  const FreshPath fresh;
-  const std::string& path = fresh.path;
-  REQUIRE(dtrun::progress::createProgressFile(path));
-  auto writer = ProgressWriter::open(path);
-  auto reader = ProgressReader::open(path);
+  MappedFile mapped;
+  REQUIRE(mapped.created);
+  auto& writer = mapped.writer;
+  auto& reader = mapped.reader;
   REQUIRE(writer);
   REQUIRE(reader);
   constexpr int kOps = 20000;
