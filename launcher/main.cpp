@@ -1,20 +1,32 @@
-// dtrun: the launcher's entry point. Parses the command line and hands over; nothing escapes.
+// dtrun: the launcher's entry point, and the program's flow: parse the command line, then either
+// serve `dtrun store`, or plan the launch (validate) and print it (--dry-run) or run the agent.
+// Nothing escapes: an unexpected exception is one line and exit 1.
 #include <exception>
 #include <iostream>
+#include <optional>
 
 #include "dtrun/launcher.h"
+
+namespace launcher = dtrun::launcher;
 
 int main(int argc, char** argv) {
   try {
     CLI::App app{"dtrun: a torchrun-compatible launcher and elastic agent", "dtrun"};
-    auto runStore = dtrun::launcher::addStoreCommand(app);
-    auto runLaunch = dtrun::launcher::addLaunchCommand(app);  // after the subcommands
+    const auto runStore = launcher::addStoreCommand(app);
+    launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {
-      app.parse(dtrun::launcher::argumentsForParse(argc, argv));
+      app.parse(launcher::argumentsForParse(argc, argv));
     } catch (const CLI::ParseError& e) {
-      return dtrun::launcher::reportParseError(app, e);
+      return launcher::reportParseError(app, e);  // --help: 0; else one line, 2
     }
-    return app.got_subcommand("store") ? runStore() : runLaunch();
+    if (app.got_subcommand("store")) {
+      return runStore();  // until SIGINT, SIGTERM or SIGHUP
+    }
+    if (const std::optional<int> refused = launch.plan()) {
+      return *refused;  // one line said why: 2 (a bad option) or 127 (no such program)
+    }
+    launch.prepareProcess();  // signals blocked before any thread; logging; notices
+    return launch.dryRun() ? launch.printDryRun() : launch.runAgent();
   } catch (const std::exception& e) {
     std::cerr << "dtrun: " << e.what() << "\n";
     return 1;

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string_view>
 #include <thread>
 
@@ -14,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "launch_options.h"
 #include "text.h"
+#include "value_parsers.h"
 
 extern char** environ;  // NOLINT(readability-identifier-naming): POSIX spells it so
 
@@ -151,11 +155,18 @@ HostFacts readHostFacts() {
     }
     return std::nullopt;
   };
-  host.resolveProgram = [searchPath](const std::string& program) -> std::optional<std::string> {
+  // The PATH the workers inherit, searched as the agent searched it before the launcher did:
+  // nothing when unset, and no working directory for a trailing ':'.
+  const std::string workerPath = path == host.env.end() ? "" : path->second;
+  host.resolveProgram = [workerPath](const std::string& program) -> std::optional<std::string> {
     if (program.find('/') != std::string::npos) {
       return program;  // exec says what is wrong with it, if anything
     }
-    for (const std::string_view dir : split(searchPath, ':')) {
+    std::vector<std::string_view> dirs = split(workerPath, ':');
+    if (dirs.back().empty()) {
+      dirs.pop_back();
+    }
+    for (const std::string_view dir : dirs) {
       std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + program;
       if (isExecutableFile(candidate)) {
         return candidate;

@@ -1,54 +1,68 @@
-// `dtrun [options] <entrypoint>`: the plan from the command line, then the agent.
+// `dtrun [options] <entrypoint>`: dtrun/launcher.h's LaunchCommand, the plan from the command
+// line, then the agent.
 #include <iostream>
 
 #include "dtrun/launcher.h"
 
 #include "host_facts.h"
-#include "launch_options.h"
+#include "launch_plan.h"
 #include "log.h"
 #include "option_table.h"
+#include "plan_text.h"
 #include "signal_mask.h"
 
 namespace dtrun::launcher {
-namespace {
 
-int runLaunch(const RawOptions& raw) {
-  auto planned = validate(raw, readHostFacts());
+LaunchCommand::LaunchCommand(CLI::App& app) : app_(app), raw_(std::make_unique<RawOptions>()) {
+  addLaunchOptions(app, *raw_);
+}
+
+LaunchCommand::~LaunchCommand() = default;
+
+std::optional<int> LaunchCommand::plan() {
+  raw_->program = app_.remaining();
+  auto planned = validate(*raw_, readHostFacts());
   if (!planned.isOk()) {
     std::cerr << "dtrun: " << planned.status().message() << "\n";
+    // The one place that decides "cannot run": before anything starts, the shell's code.
     return planned.status().code() == Errc::kNotFound ? agent::kExitCannotRun : kUsageError;
   }
-  const LaunchPlan& plan = planned.value();
+  plan_ = std::make_unique<LaunchPlan>(std::move(planned).value());
+  return std::nullopt;
+}
+
+void LaunchCommand::prepareProcess() const {
+  DTRUN_CHECK(plan_ != nullptr, "prepareProcess() before plan()");
   // Block the handled signals before any thread exists (every later thread inherits the mask);
   // the agent takes them synchronously.
-  std::vector<int> taken = plan.config.signalsToHandle;
-  taken.insert(taken.end(), plan.config.signalsToForward.begin(),
-               plan.config.signalsToForward.end());
+  const agent::AgentConfig& config = plan_->config;
+  std::vector<int> taken = config.signalsToHandle;
+  taken.insert(taken.end(), config.signalsToForward.begin(), config.signalsToForward.end());
   signals::block(taken);
-  log::init(plan.logLevel);
-  for (const std::string& notice : plan.notices) {
+  log::init(plan_->logLevel);
+  for (const std::string& notice : plan_->notices) {
     std::cerr << notice << "\n";
   }
-  for (const std::string& warning : plan.warnings) {
+  for (const std::string& warning : plan_->warnings) {
     log::launcher().warn("{}", warning);
   }
-  if (plan.dryRun) {
-    std::cout << dryRunText(plan, environSnapshot()) << std::flush;
-    return 0;
-  }
-  log::launcher().info("{}", launchBanner(plan));
-  return agent::run(plan.config);
 }
 
-}  // namespace
-
-std::function<int()> addLaunchCommand(CLI::App& app) {
-  auto raw = std::make_shared<RawOptions>();
-  addLaunchOptions(app, *raw);
-  // `app` outlives the returned function (both live in main).
-  return [&app, raw] {
-    raw->program = app.remaining();
-    return runLaunch(*raw);
-  };
+bool LaunchCommand::dryRun() const {
+  DTRUN_CHECK(plan_ != nullptr, "dryRun() before plan()");
+  return plan_->dryRun;
 }
+
+int LaunchCommand::printDryRun() const {
+  DTRUN_CHECK(plan_ != nullptr, "printDryRun() before plan()");
+  std::cout << dryRunText(*plan_, environSnapshot()) << std::flush;
+  return 0;
+}
+
+int LaunchCommand::runAgent() const {
+  DTRUN_CHECK(plan_ != nullptr, "runAgent() before plan()");
+  log::launcher().info("{}", launchBanner(*plan_));
+  return agent::run(plan_->config);
+}
+
 }  // namespace dtrun::launcher

@@ -1,12 +1,15 @@
-// validate(): the options, the PET_* environment, the scheduler's allocation and the host's facts
-// checked and resolved into the launch plan. Pure: everything it learns comes in HostFacts.
+#include "launch_plan.h"
+
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <csignal>
+#include <set>
 
 #include "dtrun/scheduler.h"
 
-#include "launch_options.h"
 #include "option_table.h"
+#include "plan_text.h"
 #include "resolver.h"
 #include "scheduler_merge.h"
 #include "text.h"
@@ -293,13 +296,8 @@ Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
     return expected(hangSetting, "a non-negative number of seconds (0 = off)");
   }
   config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
-  auto verbose = options.flag("verbose");
-  auto dryRun = options.flag("dry_run");
-  if (!verbose.isOk() || !dryRun.isOk()) {
-    return verbose.isOk() ? dryRun.status() : verbose.status();
-  }
-  config.verbose = verbose.value();
-  plan.dryRun = dryRun.value();
+  DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
+  DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
   return Status::ok();
 }
 

@@ -8,8 +8,6 @@
 
 #include "dtrun/launcher.h"
 
-#include "launch_options.h"
-
 namespace dtrun::launcher {
 namespace {
 

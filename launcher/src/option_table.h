@@ -1,11 +1,15 @@
 // torchrun's options, as one table: each option's dest, spellings (dash and underscore),
-// PET_<DEST> variable and help text. The CLI11 glue (addLaunchOptions, argumentsForParse,
-// parseErrorLine, reportParseError) is declared in launch_options.h and dtrun/launcher.h.
+// PET_<DEST> variable and help text; and the CLI11 glue that registers them and reports parse
+// errors (argumentsForParse and reportParseError are public: dtrun/launcher.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "launch_model.h"
 
 namespace dtrun::launcher {
 
@@ -30,5 +34,13 @@ const OptionSpec* findSpec(std::string_view dest);
 std::string flagName(std::string_view dest);
 // Its environment variable: "PET_NPROC_PER_NODE".
 std::string envName(std::string_view dest);
+
+// Registers every torchrun option (dash and underscore spellings, -m, -r, -t) plus --log-level
+// on `app`; parsing stores their text into `raw` (which must outlive the parse). Enables
+// app.prefix_command() so arguments after the entrypoint reach the program untouched.
+void addLaunchOptions(CLI::App& app, RawOptions& raw);
+
+// The one line printed for a CLI11 parse error (without "dtrun: "), newlines folded.
+std::string parseErrorLine(const CLI::ParseError& error);
 
 }  // namespace dtrun::launcher

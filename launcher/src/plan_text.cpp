@@ -1,10 +1,11 @@
-// The plan as text: torchrun's launch banner and what --dry-run prints.
+#include "plan_text.h"
+
+#include <algorithm>
 #include <csignal>
 #include <iomanip>
+#include <set>
 #include <sstream>
-
-#include "launch_options.h"
-#include "value_parsers.h"
+#include <string_view>
 
 namespace dtrun::launcher {
 namespace {
@@ -31,6 +32,12 @@ std::string quoteCommand(const std::vector<std::string>& command) {
 }
 
 }  // namespace
+
+std::string formatSeconds(double seconds) {
+  std::ostringstream out;
+  out << seconds;
+  return out.str();
+}
 
 std::string launchBanner(const LaunchPlan& plan) {
   const agent::AgentConfig& config = plan.config;

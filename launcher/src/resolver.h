@@ -9,7 +9,7 @@
 
 #include "dtrun/common.h"
 
-#include "launch_options.h"
+#include "launch_model.h"
 #include "option_table.h"
 #include "text.h"
 #include "value_parsers.h"

@@ -10,7 +10,7 @@
 #include "dtrun/common.h"
 #include "dtrun/scheduler.h"
 
-#include "launch_options.h"
+#include "launch_model.h"
 #include "resolver.h"
 
 namespace dtrun::launcher {

@@ -1,19 +1,19 @@
+// `dtrun store`: a rendezvous store (and keeper) served alone, until SIGINT, SIGTERM or SIGHUP.
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include <pthread.h>
 #include <sys/resource.h>
 
 #include "dtrun/launcher.h"
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
-#include "launch_options.h"
+#include "host_facts.h"
+#include "launch_plan.h"
 #include "log.h"
 #include "signal_mask.h"
 

@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <csignal>
-#include <sstream>
 
 #include "text.h"
 
@@ -37,12 +36,6 @@ std::optional<double> parseNumber(std::string_view text) {
 std::string joinHostPort(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-std::string formatSeconds(double seconds) {
-  std::ostringstream out;
-  out << seconds;
-  return out.str();
 }
 
 Result<std::pair<int, int>> parseNnodes(const Setting& setting) {

@@ -1,6 +1,5 @@
-// The launcher's value parsers: each turns one option's text into a value or a one-line error
-// naming the option and what it expects. Pure functions. (parseStreamSelection,
-// parseSignalNames, parseEndpoint and countVisibleGpus are declared in launch_options.h.)
+// The launcher's value parsers: each turns one option's text into a value, or a one-line error
+// naming the option and what it expects. Pure functions.
 #pragma once
 
 #include <chrono>
@@ -11,9 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "dtrun/agent.h"
 #include "dtrun/common.h"
 
-#include "launch_options.h"
+#include "launch_model.h"
 
 namespace dtrun::launcher {
 
@@ -31,8 +31,6 @@ Status expected(const Setting& setting, std::string_view what);
 std::optional<double> parseNumber(std::string_view text);
 // "host:port", with brackets around an IPv6 address.
 std::string joinHostPort(const std::string& host, int port);
-// Seconds as Python prints them ("30", "0.5").
-std::string formatSeconds(double seconds);
 
 // --nnodes: N or MIN:MAX.
 Result<std::pair<int, int>> parseNnodes(const Setting& setting);
@@ -46,5 +44,23 @@ Result<std::vector<std::pair<std::string, std::string>>> parseRdzvConf(const Set
 Result<std::optional<std::set<int>>> parseLocalRanksFilter(const Setting& setting);
 // A --rdzv_conf value in seconds.
 Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std::string& value);
+
+// torchrun's -r/--redirects and -t/--tee: "0".."3", or "local_rank:0-3" pairs joined by commas
+// (any number of digits in the local rank, so ranks >= 10 can be addressed). nullopt if malformed.
+std::optional<agent::StreamSelection> parseStreamSelection(std::string_view text);
+
+// Signal names ("SIGTERM,SIGUSR1") to numbers; nullopt if any name is unknown or unhandleable.
+std::optional<std::vector<int>> parseSignalNames(std::string_view text);
+
+struct Endpoint {
+  std::string host;
+  std::optional<int> port;
+};
+// "host", "host:port", "[v6]" or "[v6]:port"; nullopt if malformed (bare IPv6 needs brackets).
+std::optional<Endpoint> parseEndpoint(std::string_view text);
+
+// GPUs a worker can use: /dev/nvidia<N> nodes present, narrowed by CUDA_VISIBLE_DEVICES when set
+// (parsed as torch.cuda does: stop at the first invalid entry, a repeated entry hides all).
+int countVisibleGpus(int deviceNodes, const std::optional<std::string>& cudaVisibleDevices);
 
 }  // namespace dtrun::launcher

@@ -1,9 +1,11 @@
 // The dtrun command line: `dtrun [options] <entrypoint> [args...]` (torchrun's options) and the
-// `dtrun store` subcommand register on one CLI11 app and run after parsing. Single-threaded
-// set-up; the returned functions block until the launch or the subcommand finishes.
+// `dtrun store` subcommand register on one CLI11 app; main parses it and takes the steps below in
+// order. Single-threaded set-up; running the agent or the store blocks until it finishes.
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,16 +13,47 @@
 
 namespace dtrun::launcher {
 
+struct RawOptions;
+struct LaunchPlan;
+
 // `dtrun store`: serves a rendezvous store alone (a dedicated store host, or tests). Registers
 // the subcommand on `app`; after parsing, call the returned function for the exit code.
 std::function<int()> addStoreCommand(CLI::App& app);
 
-// `dtrun [options] <entrypoint> [args...]`: registers torchrun's options on the top level of
-// `app` and stops parsing at the entrypoint, so its arguments reach the program untouched. Call
-// after addStoreCommand. When no subcommand was parsed, call the returned function: it checks the
-// options (a bad one: one line on stderr, exit 2), runs the agent and returns dtrun's exit code.
-// `app` must outlive the returned function.
-std::function<int()> addLaunchCommand(CLI::App& app);
+// `dtrun [options] <entrypoint> [args...]`, step by step: plan(), then prepareProcess(), then
+// printDryRun() or runAgent(). Lives in main, next to the app it registers on.
+class LaunchCommand {
+ public:
+  // Registers torchrun's options on the top level of `app` and stops parsing at the entrypoint,
+  // so its arguments reach the program untouched. Construct after addStoreCommand; `app` must
+  // outlive this object.
+  explicit LaunchCommand(CLI::App& app);
+  ~LaunchCommand();
+  LaunchCommand(const LaunchCommand&) = delete;
+  LaunchCommand& operator=(const LaunchCommand&) = delete;
+
+  // validate(): the parsed options and this host's facts (read here, once) into the plan, the
+  // program resolved to the file exec'd. When the launch is refused, prints one line on stderr
+  // and returns the exit code: 2 for a bad option (as argparse), 127 when the program cannot be
+  // found. nullopt once planned.
+  [[nodiscard]] std::optional<int> plan();
+
+  // The process set up for the plan, before any thread starts: the signals the agent takes
+  // blocked (threads inherit the mask), logging started, torchrun's notices and the warnings
+  // printed.
+  void prepareProcess() const;
+
+  [[nodiscard]] bool dryRun() const;
+  // --dry-run: prints the plan (banner, rank table, each worker's environment); returns 0.
+  int printDryRun() const;
+  // Logs the launch banner and runs the agent; returns dtrun's exit code.
+  int runAgent() const;
+
+ private:
+  CLI::App& app_;
+  std::unique_ptr<RawOptions> raw_;  // CLI11 writes into it while parsing
+  std::unique_ptr<LaunchPlan> plan_;
+};
 
 // argv as CLI11's App::parse(std::vector<std::string>&&) takes it (reversed, without the program
 // name), except that argparse's `--option=` before the entrypoint stays an empty value: CLI11

@@ -1,0 +1,71 @@
+// The launcher's model of `dtrun [options] <entrypoint> [args...]`: what the command line said
+// (RawOptions), what the host is (HostFacts), and the checked plan (LaunchPlan) that the pure
+// validate() (launch_plan.h) builds from the two. Plain data; nothing here blocks.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrun/agent.h"
+
+namespace dtrun::launcher {
+
+// What the command line said, before any checking. Keys are torchrun's argparse dests
+// ("nproc_per_node"); flags given on the command line hold "1".
+struct RawOptions {
+  std::map<std::string, std::string, std::less<>> given;
+  std::vector<std::string> program;  // app.remaining(): the entrypoint and its arguments
+};
+
+// Everything validate() may learn about this machine and process, gathered once by
+// readHostFacts() so that validate() itself stays pure (tests build their own).
+struct HostFacts {
+  std::map<std::string, std::string, std::less<>> env;  // the process environment
+  int gpuCount = 0;                                     // NVIDIA GPUs visible to workers
+  int cpuCount = 1;
+  // How to run `entrypoint` directly when it is an executable file: the path as given, "./name"
+  // for a program in the working directory, or the bare name when PATH has it. nullopt if none.
+  std::function<std::optional<std::string>(const std::string& entrypoint)> findExecutable =
+      [](const std::string&) { return std::optional<std::string>(); };
+  // The file exec'd for a command's first word: a name with a '/' as given, else the first
+  // executable file of that name on env's PATH (none when PATH is unset); nullopt when PATH has
+  // none. Resolved here, once: the agent never searches PATH. (Tests take the name as it is.)
+  std::function<std::optional<std::string>(const std::string& program)> resolveProgram =
+      [](const std::string& program) { return std::optional<std::string>(program); };
+  // Whether a script handed to the interpreter exists (tests assume it does).
+  std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
+  // Whether `host` (a name or address) is this machine: c10d's is_host guess. readHostFacts:
+  // "localhost", loopback addresses, the host name, and the addresses of this host's interfaces.
+  std::function<bool(const std::string& host)> isThisHost = [](const std::string&) {
+    return false;
+  };
+  std::string hostName;  // gethostname(): finds this node in PBS_NODEFILE
+  // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
+  std::function<std::optional<std::string>(const std::string& path)> readFile =
+      [](const std::string&) { return std::optional<std::string>(); };
+  // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
+  std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
+};
+
+// The checked launch: the agent's configuration plus what the launcher itself reports.
+struct LaunchPlan {
+  agent::AgentConfig config;
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::string rdzvBackend;   // "static" or "c10d"
+  std::string rdzvEndpoint;  // host:port the store serves ("...:0" = a free port)
+  std::vector<std::pair<std::string, std::string>> rdzvConf;
+  double monitorInterval = 0.1;  // accepted for compatibility; dtrun does not poll
+  std::string logLevel;          // "" = DTRUN_LOG_LEVEL or info
+  // The banner's account of the batch scheduler: what it supplied, and from where.
+  std::string scheduler;
+  std::vector<std::string> notices;   // printed verbatim to stderr (torchrun's boxed notices)
+  std::vector<std::string> warnings;  // logged at warn level once logging is up
+  bool dryRun = false;                // --dry-run: print the plan and start nothing
+};
+
+}  // namespace dtrun::launcher
