@@ -31,6 +31,8 @@ class LaunchCommand {
   ~LaunchCommand();
   LaunchCommand(const LaunchCommand&) = delete;
   LaunchCommand& operator=(const LaunchCommand&) = delete;
+  LaunchCommand(LaunchCommand&&) = delete;  // one per app, beside it in main
+  LaunchCommand& operator=(LaunchCommand&&) = delete;
 
   // validate(): the parsed options and this host's facts (read here, once) into the plan, the
   // program resolved to the file exec'd. When the launch is refused, prints one line on stderr
