@@ -15,6 +15,7 @@
 #include "dtrun/runtime.h"
 
 #include "support/test_support.h"
+#include "thread_rank.h"
 #include "worker_runtime/compare_checks.h"
 #include "worker_runtime/ops_checks.h"
 
@@ -36,17 +37,8 @@ int failingRanks(int world, const Check& check) {
     ranks.emplace_back([&, r] {
       dtrt_check::Reporter report(/*quiet=*/true);
       try {
-        rt::Membership who;
-        who.rank = r;
-        who.worldSize = world;
-        who.localRank = r;
-        who.localWorldSize = world;
-        who.storePort = server->port();
-        who.storePrefix = prefix;
-        rt::InitOptions options;
-        options.timeout = std::chrono::seconds(30);
-        options.installErrorHandlers = false;
-        codes[static_cast<std::size_t>(r)] = check(report, rt::init(who, options));
+        codes[static_cast<std::size_t>(r)] =
+            check(report, dtrun::testing::joinAsThread(r, world, server->port(), prefix));
       } catch (const std::exception& e) {
         report.fail("rank " + std::to_string(r), e.what());
       }

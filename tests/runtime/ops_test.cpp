@@ -17,6 +17,7 @@
 #include "dtrun/runtime.h"
 
 #include "support/test_support.h"
+#include "thread_rank.h"
 
 namespace rt = dtrun::runtime;
 using namespace std::chrono_literals;
@@ -228,17 +229,7 @@ void onRanks(int world, rt::Backend backend,
   for (int r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       try {
-        rt::Membership who;
-        who.rank = r;
-        who.worldSize = world;
-        who.localRank = r;
-        who.localWorldSize = world;
-        who.storePort = server->port();
-        who.storePrefix = prefix;
-        rt::InitOptions options;
-        options.timeout = 30s;
-        options.installErrorHandlers = false;  // process-wide: not a thread's to install
-        const rt::Context context = rt::init(who, options);
+        const rt::Context context = dtrun::testing::joinAsThread(r, world, server->port(), prefix);
         const auto group = rt::ProcessGroup::create(context, backend);
         findings.expect(group->rank() == r && group->size() == world, "rank and size");
         body(*group, findings);

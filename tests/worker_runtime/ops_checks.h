@@ -3,44 +3,16 @@
 // Part of dtrt_check_worker (one translation unit): header-only, internal to the worker.
 #pragma once
 
-#include <algorithm>
-#include <array>
-#include <bit>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
-#include <optional>
-#include <random>
-#include <regex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#ifdef DTRUN_HAVE_NCCL
-#include <cuda_runtime.h>
-#endif
 
 #include "dtrun/runtime.h"
 
 #include "check_values.h"
 
 namespace dtrt_check {
-
-namespace rt = dtrun::runtime;
-
-using Clock = std::chrono::steady_clock;
-using Bytes = std::vector<std::byte>;
 
 // ---- ops ------------------------------------------------------------------------------------
 
