@@ -122,9 +122,9 @@ void HangWatch::arm() {
   });
 }
 
-std::vector<RankProgress> HangWatch::localProgress() const {
+std::vector<RankProgress> HangWatch::progressOf(const WorkerGroup& group) const {
   std::vector<RankProgress> ranks;
-  for (const Worker& w : group_->workers()) {
+  for (const Worker& w : group.workers()) {
     if (!w.child || !w.child->running() || !w.progress) {
       continue;
     }
@@ -136,7 +136,7 @@ std::vector<RankProgress> HangWatch::localProgress() const {
 }
 
 void HangWatch::check() {
-  std::vector<RankProgress> ranks = localProgress();
+  std::vector<RankProgress> ranks = progressOf(*group_);
   const auto& assignment = *assignment_;
   if (exchange_ && assignment) {
     // The other nodes matter once this node's ranks have been quiet for half the timeout:
@@ -178,14 +178,7 @@ HangDiagnosis HangWatch::peerDiagnosis(const rdzv::RoundEnd& end, const WorkerGr
   diagnosis.reason = "no_progress";
   diagnosis.summary = end.message;
   const std::int64_t now = progress::monotonicNs();
-  std::vector<RankProgress> ranks;
-  for (const Worker& w : group.workers()) {
-    if (w.child && w.child->running() && w.progress) {
-      if (auto snapshot = w.progress->read()) {
-        ranks.push_back(RankProgress{w.rank, w.child->pid(), host_, *snapshot});
-      }
-    }
-  }
+  std::vector<RankProgress> ranks = progressOf(group);
   for (const auto& remote : remoteProgress_) {
     if (std::none_of(ranks.begin(), ranks.end(),
                      [&](const auto& r) { return r.rank == remote.rank; })) {

@@ -63,7 +63,8 @@ class HangWatch {
  private:
   void arm();
   void check();
-  [[nodiscard]] std::vector<RankProgress> localProgress() const;
+  // The running workers of `group` whose progress file reads consistently.
+  [[nodiscard]] std::vector<RankProgress> progressOf(const WorkerGroup& group) const;
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
