@@ -1,5 +1,6 @@
 #include "output_pump.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fcntl.h>
@@ -11,19 +12,27 @@ namespace dtrun::agent::detail {
 namespace {
 
 // A closed console or a full disk must not stop the agent: a failed write is dropped.
-void writeAll(int fd, const char* data, std::size_t n) {
-  static_cast<void>(io::writeAll(fd, data, n));
+void writeAll(int fd, const std::string& data) {
+  static_cast<void>(io::writeAll(fd, data.data(), data.size()));
+}
+
+// The line without its terminator ("\n", "\r" or "\r\n").
+std::string_view content(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
+    line.remove_suffix(1);
+  }
+  return line;
 }
 
 }  // namespace
 
 OutputPump::OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile,
-                       ConsoleMode mode, int consoleFd, std::string prefix)
+                       ConsoleTarget console)
     : pipe_(io, pipe.release()),
       logFile_(std::move(logFile)),
-      mode_(mode),
-      consoleFd_(consoleFd),
-      prefix_(std::move(prefix)) {
+      console_(std::move(console)),
+      lines_([this](const LineAssembler::Piece& piece) { onPiece(piece); }),
+      holdTimer_(io) {
   boost::system::error_code ignored;
   pipe_.non_blocking(true, ignored);
 }
@@ -68,40 +77,96 @@ bool OutputPump::readAvailable() {
 
 void OutputPump::consume(const char* data, std::size_t n) {
   if (logFile_.valid()) {
-    writeAll(logFile_.get(), data, n);
+    static_cast<void>(io::writeAll(logFile_.get(), data, n));  // the exact bytes
   }
-  if (mode_ == ConsoleMode::kRaw) {
-    writeAll(consoleFd_, data, n);
+  if (console_.mode == ConsoleMode::kNone) {
     return;
   }
-  if (mode_ != ConsoleMode::kPrefixed) {
+  const bool wasHolding = lines_.holding();
+  emitted_ = false;
+  lines_.feed(std::string_view(data, n));
+  writeOut();
+  if (!lines_.holding()) {
     return;
   }
-  // Whole lines only, each behind the prefix, so ranks' lines never interleave mid-line.
-  std::string out;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (data[i] != '\n') {
-      continue;
-    }
-    out += prefix_;
-    out += partialLine_;
-    partialLine_.clear();
-    out.append(data + start, i + 1 - start);
-    start = i + 1;
+  // The hold limit counts from the start of the line held now, not of an earlier one.
+  if (!wasHolding || emitted_) {
+    heldSince_ = std::chrono::steady_clock::now();
   }
-  partialLine_.append(data + start, n - start);
-  if (!out.empty()) {
-    writeAll(consoleFd_, out.data(), out.size());
+  armHoldTimer();
+}
+
+void OutputPump::onPiece(const LineAssembler::Piece& piece) {
+  emitted_ = true;
+  if (console_.mode == ConsoleMode::kRaw) {
+    consoleOut_.append(piece.text);  // the worker's bytes, unchanged
+    return;
+  }
+  if (piece.crlfTail) {
+    consoleOut_ += '\n';  // ends the line shown with its '\r'; it has its prefix already
+    return;
+  }
+  // Every console line starts with the prefix, so a cut line's piece ends its console line.
+  consoleOut_ += console_.prefix;
+  consoleOut_.append(piece.text);
+  if (piece.cut) {
+    consoleOut_ += '\n';
+  }
+  if (console_.filteredFd >= 0 && matchesFilter(piece.text)) {
+    filteredOut_ += console_.prefix;
+    filteredOut_.append(content(piece.text));
+    filteredOut_ += '\n';
   }
 }
 
-void OutputPump::flushPartialLine() {
-  if (mode_ == ConsoleMode::kPrefixed && !partialLine_.empty()) {
-    const std::string line = prefix_ + partialLine_ + "\n";
-    partialLine_.clear();
-    writeAll(consoleFd_, line.data(), line.size());
+bool OutputPump::matchesFilter(std::string_view line) const {
+  return std::any_of(
+      console_.filters.begin(), console_.filters.end(),
+      [line](const std::string& needle) { return line.find(needle) != std::string_view::npos; });
+}
+
+void OutputPump::writeOut() {
+  if (!consoleOut_.empty()) {
+    writeAll(console_.fd, consoleOut_);
+    consoleOut_.clear();
   }
+  if (!filteredOut_.empty()) {
+    writeAll(console_.filteredFd, filteredOut_);
+    filteredOut_.clear();
+  }
+}
+
+void OutputPump::armHoldTimer() {
+  if (timerArmed_) {
+    return;
+  }
+  timerArmed_ = true;
+  holdTimer_.expires_at(heldSince_ + kHoldLimit);
+  holdTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive) {
+      return;
+    }
+    timerArmed_ = false;
+    if (!ec) {
+      onHoldTimer();
+    }
+  });
+}
+
+void OutputPump::onHoldTimer() {
+  if (!lines_.holding()) {
+    return;
+  }
+  if (std::chrono::steady_clock::now() < heldSince_ + kHoldLimit) {
+    armHoldTimer();  // the line held now began after the one the timer was set for
+    return;
+  }
+  flushPartialLine();
+}
+
+void OutputPump::flushPartialLine() {
+  lines_.flush();
+  writeOut();
 }
 
 void OutputPump::drainAndStop() {
@@ -112,6 +177,7 @@ void OutputPump::drainAndStop() {
   flushPartialLine();
   *alive_ = false;
   boost::system::error_code ignored;
+  holdTimer_.cancel();
   pipe_.close(ignored);  // cancels the pending wait; its handler sees alive == false
 }
 

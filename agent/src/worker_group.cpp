@@ -4,6 +4,7 @@
 #include <array>
 #include <cerrno>
 #include <system_error>
+#include <tuple>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -31,6 +32,32 @@ struct WorkerStreams {
   UniqueFd errLog;
 };
 
+// The console prefix of a worker's tee'd lines: torchrun's "[<role><local_rank>]:", or the
+// parts of --log_line_prefix_template with this worker's values.
+std::string linePrefix(const AgentConfig& config, const Worker& w) {
+  if (config.linePrefix.empty()) {
+    return "[" + config.role + std::to_string(w.localRank) + "]:";
+  }
+  std::string prefix;
+  for (const PrefixPart& part : config.linePrefix) {
+    switch (part.kind) {
+      case PrefixPart::Kind::kText:
+        prefix += part.text;
+        break;
+      case PrefixPart::Kind::kRank:
+        prefix += std::to_string(w.rank);
+        break;
+      case PrefixPart::Kind::kLocalRank:
+        prefix += std::to_string(w.localRank);
+        break;
+      case PrefixPart::Kind::kPid:
+        prefix += std::to_string(w.child ? w.child->pid() : 0);
+        break;
+    }
+  }
+  return prefix;
+}
+
 Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
   std::array<int, 2> fds{-1, -1};
   if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
@@ -54,6 +81,7 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   fs::create_directories(placement.attemptDir, ec);
   graceTimer_.cancel();
   workers_.clear();
+  openFilteredLogs(placement.attemptDir);
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
   std::vector<WorkerStreams> streams(workers_.size());
   GroupStart result;
@@ -166,18 +194,44 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
   const bool tee = has(config_.tee.forRank(w.localRank));
   const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
   const bool shown = !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
-  ConsoleMode mode = ConsoleMode::kNone;
+  ConsoleTarget console;
+  console.fd = consoleFd;
   if (shown && tee) {
-    mode = ConsoleMode::kPrefixed;
+    console.mode = ConsoleMode::kPrefixed;
+    console.prefix = linePrefix(config_, w);
+    // As torchrun's filtered tails: the tee'd streams that reach the console.
+    const bool out = stream == Streams::kOut;
+    const UniqueFd& filtered = out ? filteredOut_ : filteredErr_;
+    if (filtered.valid()) {
+      console.filteredFd = filtered.get();
+      console.filters = out ? config_.duplicateStdoutFilters : config_.duplicateStderrFilters;
+    }
   } else if (shown && !redirected) {
-    mode = ConsoleMode::kRaw;
+    console.mode = ConsoleMode::kRaw;
   }
   // Every stream lands in the rank's log file, redirected or not.
   auto pump =
-      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode, consoleFd,
-                                   "[" + config_.role + std::to_string(w.localRank) + "]:");
+      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), std::move(console));
   pump->start();
   return pump;
+}
+
+// torchrun opens these whenever filters are given, tee or not, so their absence means no filter.
+void WorkerGroup::openFilteredLogs(const fs::path& attemptDir) {
+  filteredOut_.reset();
+  filteredErr_.reset();
+  for (const auto& [filters, file, name] :
+       {std::tuple{&config_.duplicateStdoutFilters, &filteredOut_, "filtered_stdout.log"},
+        std::tuple{&config_.duplicateStderrFilters, &filteredErr_, "filtered_stderr.log"}}) {
+    if (filters->empty()) {
+      continue;
+    }
+    *file = openLog(attemptDir / name);
+    if (!file->valid()) {
+      log::agent().warn("cannot create {}: {}", (attemptDir / name).string(),
+                        std::system_category().message(errno));
+    }
+  }
 }
 
 // The one path by which a worker's exit becomes known: its pidfd turned readable.

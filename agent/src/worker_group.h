@@ -97,6 +97,7 @@ class WorkerGroup {
   void watchExit(std::size_t index);
   std::unique_ptr<OutputPump> makePump(const Worker& w, UniqueFd pipe, UniqueFd logFile,
                                        Streams stream, int consoleFd);
+  void openFilteredLogs(const std::filesystem::path& attemptDir);
   void onExitReadable(std::size_t index);
   [[nodiscard]] bool anyStartedWorkerFailed() const;
 
@@ -105,6 +106,10 @@ class WorkerGroup {
   const std::vector<std::string> inheritedEnv_;
   const ExitHandler onExit_;
   boost::asio::steady_timer graceTimer_;
+  // The attempt's filtered_std{out,err}.log (--duplicate_*_filters), written by every worker's
+  // pump; declared before workers_ so that the pumps go first.
+  UniqueFd filteredOut_;
+  UniqueFd filteredErr_;
   std::vector<Worker> workers_;
 };
 

@@ -31,6 +31,15 @@ struct StreamSelection {
   }
 };
 
+// One part of a worker's console line prefix (--log_line_prefix_template, parsed by the
+// launcher): literal text (the role and host names are known there and arrive as text), or a
+// value known only per worker.
+struct PrefixPart {
+  enum class Kind : std::uint8_t { kText, kRank, kLocalRank, kPid };
+  Kind kind = Kind::kText;
+  std::string text;  // kText only
+};
+
 // A job over several nodes (--nnodes with a maximum above 1): the agents rendezvous in rounds
 // through the store at masterAddr:storePort, which the agent with hostsStore serves.
 struct MultiNodeConfig {
@@ -87,6 +96,14 @@ struct AgentConfig {
   StreamSelection redirects;
   StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
   std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
+  // The tee'd console lines' prefix (--log_line_prefix_template); empty: torchrun's
+  // "[<role><local_rank>]:".
+  std::vector<PrefixPart> linePrefix;
+  // --duplicate_std{out,err}_filters: tee'd lines shown on the console that contain any of these
+  // substrings are also written, prefixed, to <attempt dir>/filtered_std{out,err}.log (one file
+  // for the node's ranks). Empty: no such file.
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
 
   std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
 
