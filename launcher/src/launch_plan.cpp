@@ -60,12 +60,6 @@ Status checkUnsupported(const Resolver& options) {
     return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
                                    numa->text + "'");
   }
-  for (const std::string_view dest : {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
-    if (const auto filters = options.find(dest); filters && !filters->text.empty()) {
-      return Status::invalidArgument(filters->source + ": not supported yet, got '" +
-                                     filters->text + "'");
-    }
-  }
   return Status::ok();
 }
 
@@ -219,6 +213,45 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
         "--rdzv_conf: keep_alive_interval and read_timeout must be above 0 seconds");
   }
   return multi;
+}
+
+// Whether any stream of any local rank is tee'd.
+bool anyTee(const agent::StreamSelection& tee) {
+  return tee.all != agent::Streams::kNone ||
+         std::any_of(tee.perRank.begin(), tee.perRank.end(),
+                     [](const auto& entry) { return entry.second != agent::Streams::kNone; });
+}
+
+// The prefix of tee'd console lines and the lines duplicated to filtered_std{out,err}.log.
+Status resolveTeeLines(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  auto prefix = options.find("log_line_prefix_template");
+  if (!prefix) {
+    if (const auto fromEnv = options.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+      prefix = Setting{*fromEnv, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"};
+    }
+  }
+  if (prefix) {
+    DTRUN_ASSIGN_OR_RETURN(auto parts,
+                           parseLinePrefixTemplate(*prefix, config.role, host.hostName));
+    config.linePrefix = std::move(parts);
+  }
+  config.duplicateStdoutFilters =
+      parseDuplicateFilters(options.get("duplicate_stdout_filters", "").text);
+  config.duplicateStderrFilters =
+      parseDuplicateFilters(options.get("duplicate_stderr_filters", "").text);
+  // As torchrun, both apply to tee'd lines only; say so rather than silently do nothing.
+  if (!anyTee(config.tee)) {
+    if (prefix && !prefix->text.empty()) {
+      plan.warnings.push_back(prefix->source + " applies to tee'd lines only, and --tee is 0");
+    }
+    if (!config.duplicateStdoutFilters.empty() || !config.duplicateStderrFilters.empty()) {
+      plan.warnings.emplace_back(
+          "--duplicate_*_filters copy tee'd lines only, and --tee is 0: the filtered logs stay "
+          "empty");
+    }
+  }
+  return Status::ok();
 }
 
 // Role, log directory, redirects, tee and the console filter.
@@ -475,6 +508,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return expected(startMethod, "spawn, fork or forkserver");
   }
   DTRUN_TRY(resolveOutput(options, config));
+  DTRUN_TRY(resolveTeeLines(options, host, plan));
   DTRUN_TRY(resolveStopping(options, config));
   DTRUN_TRY(resolveInsight(options, plan));
 

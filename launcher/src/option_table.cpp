@@ -71,9 +71,15 @@ constexpr std::array kOptions = {
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
                "One visible GPU per worker: not supported yet"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
-               "Copy matching tee'd stdout lines to a file: not supported yet"},
+               "Comma list of substrings (,, for a comma): tee'd stdout lines containing one "
+               "are also written, prefixed, to filtered_stdout.log in the attempt's log "
+               "directory"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
-               "Copy matching tee'd stderr lines to a file: not supported yet"},
+               "The same for tee'd stderr lines, to filtered_stderr.log"},
+    OptionSpec{"log_line_prefix_template", "", Kind::kValue, true,
+               "Prefix of tee'd console lines, default [${role_name}${local_rank}]: (else "
+               "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE): ${role_name}, ${rank} (global), "
+               "${local_rank}, ${hostname}, ${pid} (the worker's; dtrun's own), $$ for a '$'"},
     OptionSpec{"dry_run", "", Kind::kFlag, false,
                "Print the resolved configuration, the rank table and each worker's environment, "
                "then exit without starting anything"},

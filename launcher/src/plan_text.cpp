@@ -31,6 +31,43 @@ std::string quoteCommand(const std::vector<std::string>& command) {
   return text;
 }
 
+// The tee'd lines' prefix with the per-worker values as variables ("[default${local_rank}]:").
+std::string prefixText(const agent::AgentConfig& config) {
+  if (config.linePrefix.empty()) {
+    return "[" + config.role + "${local_rank}]:";
+  }
+  std::string text;
+  for (const agent::PrefixPart& part : config.linePrefix) {
+    switch (part.kind) {
+      case agent::PrefixPart::Kind::kText:
+        text += part.text;
+        break;
+      case agent::PrefixPart::Kind::kRank:
+        text += "${rank}";
+        break;
+      case agent::PrefixPart::Kind::kLocalRank:
+        text += "${local_rank}";
+        break;
+      case agent::PrefixPart::Kind::kPid:
+        text += "${pid}";
+        break;
+    }
+  }
+  return text;
+}
+
+// Filters as torchrun takes them: joined by commas, a comma inside one doubled.
+std::string filtersText(const std::vector<std::string>& filters) {
+  std::string text;
+  for (const std::string& filter : filters) {
+    text += text.empty() ? "" : ",";
+    for (const char c : filter) {
+      text += c == ',' ? std::string(",,") : std::string(1, c);
+    }
+  }
+  return text.empty() ? std::string("(none)") : text;
+}
+
 }  // namespace
 
 std::string formatSeconds(double seconds) {
@@ -69,6 +106,9 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("log_dir", config.logDir.empty() ? "(a new directory under $TMPDIR)" : config.logDir);
   row("redirects", streamsText(config.redirects));
   row("tee", streamsText(config.tee));
+  row("log_line_prefix", "'" + prefixText(config) + "'");
+  row("duplicate_stdout_filters", filtersText(config.duplicateStdoutFilters));
+  row("duplicate_stderr_filters", filtersText(config.duplicateStderrFilters));
   row("signals_to_handle", config.signalsToHandleText);
   std::string forwarded;
   for (const int sig : config.signalsToForward) {

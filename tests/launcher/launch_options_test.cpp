@@ -626,8 +626,15 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "--logs_specs: custom LogsSpecs are Python plugins and not supported, got 'mine'"},
       {{"--numa_binding=node", "x.py"},
        "--numa_binding: NUMA binding is not supported yet, got 'node'"},
-      {{"--duplicate_stdout_filters=loss", "x.py"},
-       "--duplicate_stdout_filters: not supported yet, got 'loss'"},
+      {{"--log_line_prefix_template=[${rank}:${node}]", "x.py"},
+       "--log_line_prefix_template: unknown variable ${node} in '[${rank}:${node}]'; valid: "
+       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
+      {{"--log-line-prefix-template", "$group_rank:", "x.py"},
+       "--log_line_prefix_template: unknown variable $group_rank in '$group_rank:'; valid: "
+       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
+      {{"--log_line_prefix_template=${rank", "x.py"},
+       "--log_line_prefix_template: unclosed '${' in '${rank'; write ${name}, one of "
+       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
       {{"--log-level=loud", "x.py"},
        "--log-level: expected trace, debug, info, warn, error, critical or off, got 'loud'"},
   }));
@@ -697,4 +704,68 @@ TEST_CASE("the store token: --rdzv_conf first, then the environment, files lose 
   CHECK(errorOf({"prog"}, host) ==
         "DTRUN_STORE_TOKEN: the store token must be 1 to 4096 characters without spaces or line "
         "breaks");
+}
+
+TEST_CASE("--log_line_prefix_template: torchrun's variables, then dtrun's", "[unit][launcher]") {
+  using Kind = dtrun::agent::PrefixPart::Kind;
+  auto host = testHost();
+  host.hostName = "node7";
+  // The parts as text, the per-worker values as <rank>, <local_rank>, <pid>.
+  const auto parts = [&host](const std::vector<std::string>& args) {
+    std::string text;
+    for (const auto& part : planOk(args, host).config.linePrefix) {
+      switch (part.kind) {
+        case Kind::kText:
+          text += part.text;
+          break;
+        case Kind::kRank:
+          text += "<rank>";
+          break;
+        case Kind::kLocalRank:
+          text += "<local_rank>";
+          break;
+        case Kind::kPid:
+          text += "<pid>";
+          break;
+      }
+    }
+    return text;
+  };
+  CHECK(planOk({"x.py"}, host).config.linePrefix.empty());  // the agent's [<role><local_rank>]:
+  CHECK(parts({"--role=trainer", "--log_line_prefix_template=[${role_name}/${rank}/${local_rank}]",
+               "x.py"}) == "[trainer/<rank>/<local_rank>]");
+  CHECK(parts({"--log-line-prefix-template", "${hostname}:$rank:$pid| ", "x.py"}) ==
+        "node7:<rank>:<pid>| ");
+  // string.Template: $$ is a '$', a '$' before anything else stays.
+  CHECK(parts({"--log_line_prefix_template=$$${rank} $ $1:", "x.py"}) == "$<rank> $ $1:");
+
+  SECTION("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE below the flag and PET_") {
+    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${rank}>";
+    CHECK(parts({"x.py"}) == "<rank>>");
+    host.env["PET_LOG_LINE_PREFIX_TEMPLATE"] = "${local_rank}>";
+    CHECK(parts({"x.py"}) == "<local_rank>>");
+    CHECK(parts({"--log_line_prefix_template=r${rank}:", "x.py"}) == "r<rank>:");
+    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${oops}";
+    host.env.erase("PET_LOG_LINE_PREFIX_TEMPLATE");
+    CHECK(errorOf({"x.py"}, host)
+              .starts_with(
+                  "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: unknown variable ${oops} in '${oops}'"));
+  }
+}
+
+TEST_CASE("--duplicate_*_filters: comma lists, ,, for a comma", "[unit][launcher]") {
+  using Filters = std::vector<std::string>;
+  CHECK(planOk({"x.py"}).config.duplicateStdoutFilters.empty());
+  const auto p = planOk({"--tee=3", "--duplicate_stdout_filters=loss,acc,,uracy,,",
+                         "--duplicate-stderr-filters", "Error,", "x.py"});
+  CHECK(p.config.duplicateStdoutFilters == Filters{"loss", "acc,uracy,"});
+  CHECK(p.config.duplicateStderrFilters == Filters{"Error"});
+  CHECK(p.warnings.empty());
+  const std::string banner = launcher::launchBanner(p);
+  CHECK(banner.find("duplicate_stdout_filters : loss,acc,,uracy,,") != std::string::npos);
+  CHECK(banner.find("duplicate_stderr_filters : Error") != std::string::npos);
+  // Without tee nothing is copied: said once, not an error.
+  const auto noTee = planOk({"--duplicate_stdout_filters=loss", "x.py"});
+  REQUIRE(noTee.warnings.size() == 1);
+  CHECK(noTee.warnings[0].find("tee'd lines only") != std::string::npos);
 }
