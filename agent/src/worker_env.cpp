@@ -4,6 +4,34 @@
 #include <unordered_map>
 
 namespace dtrun::agent::detail {
+namespace {
+
+// dtrun's sitecustomize after the user's PYTHONPATH entries (theirs keep precedence), and
+// torch's NCCL flight recorder (torch >= 2.2; older versions ignore these names) writing into
+// the rank's directory: on its own NCCL timeout, and when the hang watch writes to its pipe
+// (<prefix><rank>.pipe). The user's own settings win.
+template <typename Put>
+void addPythonHook(const std::string& hookDir, const std::string& rankDir,
+                   const std::vector<std::string>& env,
+                   const std::unordered_map<std::string, std::size_t>& index, const Put& put) {
+  static constexpr std::string_view kPythonPath = "PYTHONPATH=";
+  const auto user = index.find("PYTHONPATH");
+  const std::string userPath =
+      user == index.end() ? std::string() : env[user->second].substr(kPythonPath.size());
+  put("PYTHONPATH", userPath.empty() ? hookDir : userPath + ":" + hookDir);
+  const std::string prefix = rankDir + "/" + std::string(kFlightRecorderPrefix);
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
+        {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
+        {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix},
+        {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", prefix}}) {
+    if (index.find(name) == index.end()) {
+      put(name, value);
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<std::string> workerEnvironment(const std::vector<std::string>& inherited,
                                            const AgentConfig& config, const WorkerPlacement& p) {
@@ -62,6 +90,9 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   }
   if (!p.progressFile.empty()) {
     put("DTRUN_PROGRESS_FILE", p.progressFile);
+  }
+  if (!config.pythonHookDir.empty()) {
+    addPythonHook(config.pythonHookDir, p.logDir, env, index, put);
   }
   return env;
 }

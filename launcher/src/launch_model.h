@@ -44,6 +44,9 @@ struct HostFacts {
     return false;
   };
   std::string hostName;  // gethostname(): finds this node in PBS_NODEFILE
+  // Where dtrun's Python hook (python/sitecustomize.py) lives: <prefix>/share/dtrun/python
+  // beside an installed dtrun, else the source tree's python/. "" when neither has it.
+  std::string pythonHookDir;
   // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& path)> readFile =
       [](const std::string&) { return std::optional<std::string>(); };

@@ -281,8 +281,8 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   return Status::ok();
 }
 
-// dtrun's own job insight: --report, --hang_timeout, --verbose and --dry-run.
-Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
+// dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
   agent::AgentConfig& config = plan.config;
   if (const auto report = options.find("report")) {
     if (trim(report->text).empty()) {
@@ -296,6 +296,19 @@ Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
     return expected(hangSetting, "a non-negative number of seconds (0 = off)");
   }
   config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  const auto hook = options.get("python_hook", "auto");
+  if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
+    return expected(hook, "auto, on or off");
+  }
+  if (hook.text == "on" || (hook.text == "auto" && config.hangTimeout.count() > 0)) {
+    if (host.pythonHookDir.empty()) {
+      return Status::error(
+          Errc::kInvalidArgument,
+          "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside "
+          "this dtrun: reinstall dtrun, or pass --python_hook=off");
+    }
+    config.pythonHookDir = host.pythonHookDir;
+  }
   DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
   return Status::ok();
@@ -476,7 +489,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   }
   DTRUN_TRY(resolveOutput(options, config));
   DTRUN_TRY(resolveStopping(options, config));
-  DTRUN_TRY(resolveInsight(options, plan));
+  DTRUN_TRY(resolveInsight(options, host, plan));
 
   config.command = resolveCommand(program, options, host, module, noPython, runPath);
   config.entrypointName = program.front();

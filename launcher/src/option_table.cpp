@@ -82,6 +82,9 @@ constexpr std::array kOptions = {
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},
+    OptionSpec{"python_hook", "", Kind::kValue, false,
+               "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
+               "workers' PYTHONPATH): auto (on with --hang_timeout), on or off (default auto)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,

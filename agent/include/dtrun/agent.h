@@ -96,6 +96,10 @@ struct AgentConfig {
   // others by as much, every worker's stack is dumped and the round fails.
   std::chrono::milliseconds hangTimeout{0};
   bool verbose = false;  // --verbose: each attempt's startup timeline on the console
+  // The directory of dtrun's sitecustomize.py ("" = off): appended to the workers' PYTHONPATH
+  // so that unmodified PyTorch scripts report progress (python/dtrun_torch_hook.py), with
+  // torch's NCCL flight recorder set to dump into each rank's directory.
+  std::string pythonHookDir;
 
   // Set in every worker's environment unless the agent's environment already has them
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
