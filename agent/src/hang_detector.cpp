@@ -126,7 +126,7 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
   std::vector<const RankProgress*> suspects;
   std::string reason;
   const bool someoneWaits = std::any_of(judged.begin(), judged.end(),
-                                       [](const auto* r) { return r->snapshot.opStartNs != 0; });
+                                        [](const auto* r) { return r->snapshot.opStartNs != 0; });
   if (nowNs - newest >= limitNs && someoneWaits && !silent.empty()) {
     // The others wait for ranks that never got as far as their first operation.
     reason = "no_progress";

@@ -34,7 +34,7 @@ struct DumpTarget {
   int localRank = 0;
   pid_t pid = 0;
   fs::path dir;
-  bool pythonStacks = false;  // the worker was sent its stack signal
+  bool pythonStacks = false;            // the worker was sent its stack signal
   std::vector<fs::path> flightRecords;  // torch's NCCL dumps asked for
 };
 
@@ -256,8 +256,8 @@ void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir, HangD
     if (!w.child || !w.child->running()) {
       continue;
     }
-    DumpTarget target{w.rank, w.localRank, w.child->pid(), w.dir, false,
-                      requestFlightRecords(w.dir)};
+    DumpTarget target{w.rank, w.localRank, w.child->pid(),
+                      w.dir,  false,       requestFlightRecords(w.dir)};
     if (w.progress) {
       if (const auto snapshot = w.progress->read(); snapshot && snapshot->stackSignal > 0) {
         ::kill(target.pid, snapshot->stackSignal);

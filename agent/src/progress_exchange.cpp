@@ -17,7 +17,7 @@ std::string encodeProgress(const std::vector<RankProgress>& ranks, std::int64_t 
                    {"pid", r.pid},
                    {"host", r.host},
                    {"ops", s.ops},
-                   {"reports", s.pid != 0},
+                   {"reports", s.pid != 0 || s.ops > 0},
                    {"op", s.op},
                    {"group", s.group},
                    {"bytes", s.bytes},

@@ -301,13 +301,19 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     return expected(hook, "auto, on or off");
   }
   if (hook.text == "on" || (hook.text == "auto" && config.hangTimeout.count() > 0)) {
-    if (host.pythonHookDir.empty()) {
-      return Status::error(
-          Errc::kInvalidArgument,
-          "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside "
-          "this dtrun: reinstall dtrun, or pass --python_hook=off");
+    static constexpr std::string_view kMissing =
+        "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
+        "dtrun";
+    if (!host.pythonHookDir.empty()) {
+      config.pythonHookDir = host.pythonHookDir;
+    } else if (hook.text == "on") {
+      return Status::error(Errc::kInvalidArgument,
+                           std::string(kMissing) + ": reinstall dtrun, or pass --python_hook=off");
+    } else {
+      plan.notices.push_back("dtrun: " + std::string(kMissing) +
+                             ": Python workers that do not import dtrun_progress are not judged "
+                             "by --hang_timeout (reinstall dtrun to have them judged)");
     }
-    config.pythonHookDir = host.pythonHookDir;
   }
   DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));

@@ -132,6 +132,23 @@ TEST_CASE("every rank gets torchrun's environment", "[integration][agent]") {
   }
 }
 
+TEST_CASE("the Python hook follows the user's PYTHONPATH and keeps the user's torch settings",
+          "[integration][agent]") {
+  TempDir dir;
+  const dtrun::testing::ScopedEnv userPath("PYTHONPATH", std::string("/mine:/theirs"));
+  const dtrun::testing::ScopedEnv userDump("TORCH_NCCL_DUMP_ON_TIMEOUT", std::string("0"));
+  auto config = shellJob(dir, 1, "env > \"$DTRUN_LOG_DIR/env\"");
+  config.pythonHookDir = "/opt/dtrun/share/dtrun/python";
+  REQUIRE(runAgent(dir, config).code == 0);
+  const fs::path rankDir = dir.path() / "logs" / "test" / "attempt_0" / "0";
+  auto env = readEnv(rankDir / "env");
+  CHECK(env["PYTHONPATH"] == "/mine:/theirs:/opt/dtrun/share/dtrun/python");
+  CHECK(env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0");
+  CHECK(env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000");
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == (rankDir / "nccl_trace_rank_").string());
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == (rankDir / "nccl_trace_rank_").string());
+}
+
 TEST_CASE("${local_rank} in arguments is replaced per worker", "[integration][agent]") {
   TempDir dir;
   auto config = shellJob(dir, 2, "echo \"$0\" > \"$DTRUN_LOG_DIR/arg\"");
