@@ -99,7 +99,7 @@ class Agent {
         peerGraceTimer_(io_),
         inheritedEnv_(environSnapshot()),
         host_(hostName()),
-        group_(io_, config, inheritedEnv_,
+        group_(io_, config, inheritedEnv_, host_,
                [this](const detail::Worker& w, ExitStatus status) { onWorkerExited(w, status); }),
         log_(config, host_) {}
 

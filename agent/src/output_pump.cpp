@@ -1,6 +1,7 @@
 #include "output_pump.h"
 
 #include <cerrno>
+#include <string_view>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,15 +16,27 @@ void writeAll(int fd, const char* data, std::size_t n) {
   static_cast<void>(io::writeAll(fd, data, n));
 }
 
+bool matchesAny(std::string_view line, const std::vector<std::string>& filters) {
+  for (const auto& filter : filters) {
+    if (line.find(filter) != std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 OutputPump::OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile,
-                       ConsoleMode mode, int consoleFd, std::string prefix)
+                       ConsoleMode mode, int consoleFd, std::string prefix,
+                       std::shared_ptr<DuplicateSink> duplicates)
     : pipe_(io, pipe.release()),
       logFile_(std::move(logFile)),
       mode_(mode),
       consoleFd_(consoleFd),
-      prefix_(std::move(prefix)) {
+      lines_(std::move(prefix)),
+      duplicates_(std::move(duplicates)),
+      quietTimer_(io) {
   boost::system::error_code ignored;
   pipe_.non_blocking(true, ignored);
 }
@@ -32,6 +45,7 @@ OutputPump::~OutputPump() {
   *alive_ = false;
   boost::system::error_code ignored;
   pipe_.close(ignored);
+  quietTimer_.cancel();
 }
 
 void OutputPump::start() { readSome(); }
@@ -74,34 +88,66 @@ void OutputPump::consume(const char* data, std::size_t n) {
     writeAll(consoleFd_, data, n);
     return;
   }
-  if (mode_ != ConsoleMode::kPrefixed) {
+  if (mode_ != ConsoleMode::kLines) {
     return;
   }
-  // Whole lines only, each behind the prefix, so ranks' lines never interleave mid-line.
   std::string out;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (data[i] != '\n') {
-      continue;
-    }
-    out += prefix_;
-    out += partialLine_;
-    partialLine_.clear();
-    out.append(data + start, i + 1 - start);
-    start = i + 1;
-  }
-  partialLine_.append(data + start, n - start);
-  if (!out.empty()) {
-    writeAll(consoleFd_, out.data(), out.size());
+  lines_.feed(std::string_view(data, n), out);
+  writeConsole(out);
+  if (lines_.pending()) {
+    armQuietFlush();
   }
 }
 
-void OutputPump::flushPartialLine() {
-  if (mode_ == ConsoleMode::kPrefixed && !partialLine_.empty()) {
-    const std::string line = prefix_ + partialLine_ + "\n";
-    partialLine_.clear();
-    writeAll(consoleFd_, line.data(), line.size());
+// One write(2) for every whole line at hand: the agent's pumps share one thread, so lines of
+// different ranks never interleave inside a write.
+void OutputPump::writeConsole(const std::string& lines) {
+  if (lines.empty()) {
+    return;
   }
+  writeAll(consoleFd_, lines.data(), lines.size());
+  if (!duplicates_ || !duplicates_->file.valid()) {
+    return;
+  }
+  std::string copied;
+  for (std::size_t start = 0; start < lines.size();) {
+    std::size_t end = lines.find_first_of("\r\n", start);
+    end = end == std::string::npos ? lines.size() : end + 1;
+    const std::string_view line(lines.data() + start, end - start);
+    if (matchesAny(line, duplicates_->filters)) {
+      copied.append(line);
+    }
+    start = end;
+  }
+  if (!copied.empty()) {
+    writeAll(duplicates_->file.get(), copied.data(), copied.size());
+  }
+}
+
+// The first byte of an unfinished line starts the clock: whatever of it is still held when the
+// timer fires goes out as a line of its own.
+void OutputPump::armQuietFlush() {
+  if (quietArmed_) {
+    return;
+  }
+  quietArmed_ = true;
+  quietTimer_.expires_after(kQuietFlush);
+  quietTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) {
+      return;
+    }
+    quietArmed_ = false;
+    flushPartialLine();
+  });
+}
+
+void OutputPump::flushPartialLine() {
+  if (mode_ != ConsoleMode::kLines || !lines_.pending()) {
+    return;
+  }
+  std::string out;
+  lines_.flush(out);
+  writeConsole(out);
 }
 
 void OutputPump::drainAndStop() {
@@ -111,6 +157,7 @@ void OutputPump::drainAndStop() {
   static_cast<void>(readAvailable());
   flushPartialLine();
   *alive_ = false;
+  quietTimer_.cancel();
   boost::system::error_code ignored;
   pipe_.close(ignored);  // cancels the pending wait; its handler sees alive == false
 }

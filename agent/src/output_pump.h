@@ -1,27 +1,47 @@
-// Copies one worker stream from its pipe to the rank's log file and, depending on the console
-// mode, to dtrun's own stdout/stderr: raw, or line by line behind a "[role3]:" prefix. Runs on
-// the agent's event loop; not thread-safe.
+// Copies one worker stream from its pipe to the rank's log file (the exact bytes) and, depending
+// on the console mode, to dtrun's own stdout/stderr: passed through as it comes (the only rank on
+// the console), or one whole line at a time behind an optional prefix (console_lines.h), so
+// ranks' lines never mix. An unfinished line goes out on its own after a short quiet spell (a
+// prompt, a progress dot) and at the end. Tee'd lines that contain one of the duplicate filters
+// are also appended to a file shared by the attempt's ranks (torchrun's
+// --duplicate-stdout-filters). Runs on the agent's event loop; not thread-safe.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "dtrun/common.h"
 
+#include "console_lines.h"
+
 namespace dtrun::agent::detail {
 
-enum class ConsoleMode : std::uint8_t { kNone, kRaw, kPrefixed };
+enum class ConsoleMode : std::uint8_t { kNone, kRaw, kLines };
+
+// Where tee'd lines matching any of `filters` (substrings) are copied, shared by the pumps of
+// one attempt.
+struct DuplicateSink {
+  std::vector<std::string> filters;
+  UniqueFd file;
+};
 
 class OutputPump {
  public:
-  // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2.
+  static constexpr std::chrono::milliseconds kQuietFlush{200};
+
+  // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2. `prefix` goes before each
+  // console line in kLines mode ("" for none). `duplicates` may be null.
   OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile, ConsoleMode mode,
-             int consoleFd, std::string prefix);
+             int consoleFd, std::string prefix, std::shared_ptr<DuplicateSink> duplicates);
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
   OutputPump(OutputPump&&) = delete;
@@ -39,15 +59,19 @@ class OutputPump {
   bool readAvailable();
   void consume(const char* data, std::size_t n);
   void flushPartialLine();
+  void writeConsole(const std::string& lines);
+  void armQuietFlush();
 
   boost::asio::posix::stream_descriptor pipe_;
   UniqueFd logFile_;
   const ConsoleMode mode_;
   const int consoleFd_;
-  const std::string prefix_;
-  std::string partialLine_;
+  ConsoleLines lines_;
+  std::shared_ptr<DuplicateSink> duplicates_;
+  boost::asio::steady_timer quietTimer_;
+  bool quietArmed_ = false;
   std::array<char, 16384> buffer_{};
-  // Outstanding reads hold this; it is cleared when the pump is destroyed.
+  // Outstanding reads and timers hold this; it is cleared when the pump is destroyed.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -31,6 +31,20 @@ struct WorkerStreams {
   UniqueFd errLog;
 };
 
+std::shared_ptr<DuplicateSink> openDuplicates(const std::vector<std::string>& filters,
+                                              const fs::path& path) {
+  if (filters.empty()) {
+    return nullptr;
+  }
+  auto sink = std::make_shared<DuplicateSink>();
+  sink->filters = filters;
+  sink->file = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!sink->file.valid()) {
+    log::agent().warn("cannot open {}: duplicated lines are not copied", path.string());
+  }
+  return sink;
+}
+
 Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
   std::array<int, 2> fds{-1, -1};
   if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
@@ -42,10 +56,12 @@ Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
 }  // namespace
 
 WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
-                         std::vector<std::string> inheritedEnv, ExitHandler onExit)
+                         std::vector<std::string> inheritedEnv, std::string hostName,
+                         ExitHandler onExit)
     : io_(io),
       config_(config),
       inheritedEnv_(std::move(inheritedEnv)),
+      hostName_(std::move(hostName)),
       onExit_(std::move(onExit)),
       graceTimer_(io) {}
 
@@ -55,6 +71,10 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   graceTimer_.cancel();
   workers_.clear();
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+  stdoutDuplicates_ =
+      openDuplicates(config_.duplicateStdoutFilters, placement.attemptDir / "filtered_stdout.log");
+  stderrDuplicates_ =
+      openDuplicates(config_.duplicateStderrFilters, placement.attemptDir / "filtered_stderr.log");
   std::vector<WorkerStreams> streams(workers_.size());
   GroupStart result;
   for (std::size_t i = 0; i < workers_.size() && result.status.isOk(); ++i) {
@@ -166,18 +186,35 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
   const bool tee = has(config_.tee.forRank(w.localRank));
   const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
   const bool shown = !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
+  // One rank alone on the console cannot mix with another: its bytes pass as they come.
+  const std::size_t onConsole =
+      config_.localRanksFilter ? config_.localRanksFilter->size() : workers_.size();
   ConsoleMode mode = ConsoleMode::kNone;
   if (shown && tee) {
-    mode = ConsoleMode::kPrefixed;
+    mode = ConsoleMode::kLines;
   } else if (shown && !redirected) {
-    mode = ConsoleMode::kRaw;
+    mode = onConsole <= 1 ? ConsoleMode::kRaw : ConsoleMode::kLines;
   }
+  auto duplicates = !tee                      ? nullptr
+                    : stream == Streams::kOut ? stdoutDuplicates_
+                                              : stderrDuplicates_;
   // Every stream lands in the rank's log file, redirected or not.
   auto pump =
       std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode, consoleFd,
-                                   "[" + config_.role + std::to_string(w.localRank) + "]:");
+                                   tee ? linePrefix(w) : std::string(), std::move(duplicates));
   pump->start();
   return pump;
+}
+
+std::string WorkerGroup::linePrefix(const Worker& w) const {
+  const std::string& pattern = config_.logLinePrefixTemplate.empty()
+                                   ? std::string(kDefaultLinePrefixTemplate)
+                                   : config_.logLinePrefixTemplate;
+  return expandLinePrefix(pattern, {{"role_name", config_.role},
+                                    {"rank", std::to_string(w.rank)},
+                                    {"local_rank", std::to_string(w.localRank)},
+                                    {"hostname", hostName_},
+                                    {"pid", std::to_string(w.child ? w.child->pid() : 0)}});
 }
 
 // The one path by which a worker's exit becomes known: its pidfd turned readable.

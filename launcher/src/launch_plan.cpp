@@ -60,12 +60,6 @@ Status checkUnsupported(const Resolver& options) {
     return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
                                    numa->text + "'");
   }
-  for (const std::string_view dest : {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
-    if (const auto filters = options.find(dest); filters && !filters->text.empty()) {
-      return Status::invalidArgument(filters->source + ": not supported yet, got '" +
-                                     filters->text + "'");
-    }
-  }
   return Status::ok();
 }
 
@@ -243,6 +237,33 @@ Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
   }
   DTRUN_ASSIGN_OR_RETURN(auto filter, parseLocalRanksFilter(options.get("local_ranks_filter", "")));
   config.localRanksFilter = std::move(filter);
+
+  auto prefix = options.find("log_line_prefix_template");
+  if (!prefix) {
+    if (const auto fromEnv = options.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+      prefix = Setting{*fromEnv, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"};
+    }
+  }
+  if (prefix) {
+    if (const auto unknown = agent::unknownLinePrefixVariable(prefix->text); !unknown.empty()) {
+      return Status::invalidArgument(prefix->source + ": unknown variable " + unknown + " in '" +
+                                     prefix->text +
+                                     "'; use ${role_name}, ${rank}, ${local_rank}, ${hostname} "
+                                     "or ${pid}");
+    }
+    config.logLinePrefixTemplate = prefix->text;
+  }
+  for (const auto& [dest, target] :
+       {std::pair{"duplicate_stdout_filters", &config.duplicateStdoutFilters},
+        std::pair{"duplicate_stderr_filters", &config.duplicateStderrFilters}}) {
+    target->clear();
+    const auto setting = options.get(dest, "");
+    for (const std::string_view piece : text::split(setting.text, ',')) {
+      if (!piece.empty()) {
+        target->emplace_back(piece);
+      }
+    }
+  }
   return Status::ok();
 }
 

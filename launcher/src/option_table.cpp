@@ -71,9 +71,15 @@ constexpr std::array kOptions = {
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
                "One visible GPU per worker: not supported yet"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
-               "Copy matching tee'd stdout lines to a file: not supported yet"},
+               "Comma list of strings: tee'd stdout lines containing one are also copied to "
+               "<attempt dir>/filtered_stdout.log"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
-               "Copy matching tee'd stderr lines to a file: not supported yet"},
+               "Comma list of strings: tee'd stderr lines containing one are also copied to "
+               "<attempt dir>/filtered_stderr.log"},
+    OptionSpec{"log_line_prefix_template", "", Kind::kValue, true,
+               "Prefix of tee'd console lines, with ${role_name}, ${rank}, ${local_rank}, "
+               "${hostname}, ${pid} (default [${role_name}${local_rank}]:, or "
+               "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"},
     OptionSpec{"dry_run", "", Kind::kFlag, false,
                "Print the resolved configuration, the rank table and each worker's environment, "
                "then exit without starting anything"},

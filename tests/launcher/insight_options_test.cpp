@@ -112,3 +112,33 @@ TEST_CASE("the dry run shows this node's ranks and their environment", "[unit][l
   CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_FILE=/l/j/attempt_0/1/progress\n"));
   CHECK_THAT(text, !Catch::Contains("HOME=/root"));  // inherited unchanged: not repeated
 }
+
+TEST_CASE(
+    "the console options: prefix template, from the flag or torchrun's variable, and "
+    "duplicate filters",
+    "[unit][launcher]") {
+  auto p = planOk(
+      {"--log-line-prefix-template=${rank}|${local_rank}: ", "--duplicate-stdout-filters=loss,,acc",
+       "--duplicate_stderr_filters=WARN", "x.py"});
+  CHECK(p.config.logLinePrefixTemplate == "${rank}|${local_rank}: ");
+  CHECK(p.config.duplicateStdoutFilters == std::vector<std::string>{"loss", "acc"});
+  CHECK(p.config.duplicateStderrFilters == std::vector<std::string>{"WARN"});
+  {
+    launcher::HostFacts host;
+    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${role_name}-${rank}>";
+    CLI::App app{"dtrun"};
+    launcher::RawOptions raw;
+    launcher::addLaunchOptions(app, raw);
+    const dtrun::testing::Argv argv("dtrun", {"x.py"});
+    app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
+    raw.program = app.remaining();
+    const auto fromVariable = launcher::validate(raw, host);
+    REQUIRE(fromVariable.isOk());
+    CHECK(fromVariable.value().config.logLinePrefixTemplate == "${role_name}-${rank}>");
+  }
+  CHECK(dtrun::agent::expandLinePrefix("[${role_name}${local_rank}|${x}]:",
+                                       {{"role_name", "trainer"}, {"local_rank", "3"}}) ==
+        "[trainer3|${x}]:");
+  CHECK(dtrun::agent::unknownLinePrefixVariable("${rank}${pid}${hostname}").empty());
+  CHECK(dtrun::agent::unknownLinePrefixVariable("a ${rank} ${nodes} ${x}") == "${nodes}");
+}

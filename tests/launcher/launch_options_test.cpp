@@ -626,8 +626,9 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "--logs_specs: custom LogsSpecs are Python plugins and not supported, got 'mine'"},
       {{"--numa_binding=node", "x.py"},
        "--numa_binding: NUMA binding is not supported yet, got 'node'"},
-      {{"--duplicate_stdout_filters=loss", "x.py"},
-       "--duplicate_stdout_filters: not supported yet, got 'loss'"},
+      {{"--log-line-prefix-template=[${node}]", "x.py"},
+       "--log_line_prefix_template: unknown variable ${node} in '[${node}]'; use ${role_name}, "
+       "${rank}, ${local_rank}, ${hostname} or ${pid}"},
       {{"--log-level=loud", "x.py"},
        "--log-level: expected trace, debug, info, warn, error, critical or off, got 'loud'"},
   }));

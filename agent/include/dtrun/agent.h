@@ -3,12 +3,14 @@
 // run() owns the calling thread until the job ends; call it from main() after blocking signals.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -87,6 +89,14 @@ struct AgentConfig {
   StreamSelection redirects;
   StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
   std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
+  // --log-line-prefix-template: the tee'd console lines' prefix, with ${role_name}, ${rank},
+  // ${local_rank} (torchrun's) and ${hostname}, ${pid} replaced ("" =
+  // "[${role_name}${local_rank}]:").
+  std::string logLinePrefixTemplate;
+  // --duplicate-stdout/stderr-filters: tee'd lines containing any of these are also copied to
+  // <attempt dir>/filtered_stdout.log / filtered_stderr.log.
+  std::vector<std::string> duplicateStdoutFilters;
+  std::vector<std::string> duplicateStderrFilters;
 
   std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
 
@@ -105,6 +115,16 @@ struct AgentConfig {
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
   std::vector<std::pair<std::string, std::string>> defaultEnv;
 };
+
+// --log-line-prefix-template: the variables it may name, and its default (torchrun's prefix).
+inline constexpr std::array<std::string_view, 5> kLinePrefixVariables = {
+    "role_name", "rank", "local_rank", "hostname", "pid"};
+inline constexpr std::string_view kDefaultLinePrefixTemplate = "[${role_name}${local_rank}]:";
+// The first "${name}" of `pattern` whose name is not in kLinePrefixVariables; "" when none.
+std::string unknownLinePrefixVariable(std::string_view pattern);
+// `pattern` with each "${name}" replaced by its value in `values`; unknown names stay as written.
+std::string expandLinePrefix(std::string_view pattern,
+                             const std::vector<std::pair<std::string, std::string>>& values);
 
 // Runs the job on this node and returns dtrun's exit code: 0 when every worker succeeded; the
 // root cause's exit code (128 + signal for a signal) once restarts ran out; 128 + signal when a
