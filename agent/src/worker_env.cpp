@@ -1,6 +1,8 @@
 #include "worker_env.h"
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 namespace dtrun::agent::detail {
@@ -57,8 +59,22 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
       put(name, value);
     }
   }
-  if (index.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == index.end()) {
-    put("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, torch <= 2.1 NCCL_ASYNC_ERROR_HANDLING:
+  // both get 1 (torchrun's default), or the user's value of whichever was set.
+  {
+    static constexpr std::string_view kNew = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+    static constexpr std::string_view kOld = "NCCL_ASYNC_ERROR_HANDLING";
+    const auto valueOf = [&](std::string_view name) -> std::optional<std::string> {
+      const auto it = index.find(std::string(name));
+      return it == index.end() ? std::nullopt
+                               : std::optional(env[it->second].substr(name.size() + 1));
+    };
+    const std::string chosen = valueOf(kNew).value_or(valueOf(kOld).value_or("1"));
+    for (const auto name : {kNew, kOld}) {
+      if (!valueOf(name)) {
+        put(std::string(name), chosen);
+      }
+    }
   }
   const int localWorldSize = config.nprocPerNode;
   put("LOCAL_RANK", std::to_string(p.localRank));

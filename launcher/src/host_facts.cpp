@@ -199,6 +199,20 @@ HostFacts readHostFacts() {
     host.hostName = name.data();
   }
   host.pythonHookDir = findPythonHookDir();
+  host.whyNotRunnable = [](const std::string& file) -> std::string {
+    struct stat info {};
+    if (::stat(file.c_str(), &info) != 0) {
+      return "No such file or directory";
+    }
+    if (S_ISDIR(info.st_mode)) {
+      return "it is a directory, not a program (name the program inside it)";
+    }
+    if (!S_ISREG(info.st_mode) || ::access(file.c_str(), X_OK) != 0) {
+      return "not executable (chmod +x " + file + ", or name its interpreter: dtrun ... python3 " +
+             file + ")";
+    }
+    return {};
+  };
   host.readFile = [](const std::string& file) -> std::optional<std::string> {
     std::ifstream in(file, std::ios::binary);
     if (!in) {

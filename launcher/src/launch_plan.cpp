@@ -529,6 +529,11 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   // A script for the interpreter must exist: say so now, once, rather than through a Python
   // traceback from every rank.
   const bool interpreted = config.command.front() != config.entrypointName;
+  if (!interpreted && config.executable.find('/') != std::string::npos) {
+    if (const std::string why = host.whyNotRunnable(config.executable); !why.empty()) {
+      return Status::error(Errc::kNotFound, "cannot run " + config.entrypointName + ": " + why);
+    }
+  }
   if (interpreted && !module && !host.fileExists(config.entrypointName)) {
     return Status::error(Errc::kNotFound,
                          "cannot run " + config.entrypointName + ": No such file or directory");
