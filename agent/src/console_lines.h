@@ -12,7 +12,7 @@ namespace dtrun::agent::detail {
 
 class ConsoleLines {
  public:
-  static constexpr std::size_t kMaxLine = 64 * 1024;
+  static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
 
   explicit ConsoleLines(std::string prefix, std::size_t maxLine = kMaxLine)
       : prefix_(std::move(prefix)), maxLine_(maxLine) {}

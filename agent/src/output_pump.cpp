@@ -45,7 +45,7 @@ OutputPump::~OutputPump() {
   *alive_ = false;
   boost::system::error_code ignored;
   pipe_.close(ignored);
-  quietTimer_.cancel();
+  // The timer's own destructor cancels its wait; the handler sees alive == false.
 }
 
 void OutputPump::start() { readSome(); }
