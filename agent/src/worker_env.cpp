@@ -21,6 +21,9 @@ void addPythonHook(const std::string& hookDir, const std::string& rankDir,
   const std::string userPath =
       user == index.end() ? std::string() : env[user->second].substr(kPythonPath.size());
   put("PYTHONPATH", userPath.empty() ? hookDir : userPath + ":" + hookDir);
+  if (rankDir.empty()) {
+    return;  // --log_dir=/dev/null: nowhere for the flight recorder to dump
+  }
   const std::string prefix = rankDir + "/" + std::string(kFlightRecorderPrefix);
   for (const auto& [name, value] :
        {std::pair<const char*, std::string>{"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
@@ -100,13 +103,13 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   put("DTRUN_STORE_ADDR", p.masterAddr + ":" + std::to_string(p.masterPort));
   put("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(p.restartCount));
   put("DTRUN_RUN_ID", config.runId);
+  // Empty with --log_dir=/dev/null: still set, so that a dtrun run by a worker of another dtrun
+  // does not pass on its parent's directory and progress file.
   put("DTRUN_LOG_DIR", p.logDir);
   if (!config.storeToken.empty()) {
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
-  if (!p.progressFile.empty()) {
-    put("DTRUN_PROGRESS_FILE", p.progressFile);
-  }
+  put("DTRUN_PROGRESS_FILE", p.progressFile);
   if (!config.pythonHookDir.empty()) {
     addPythonHook(config.pythonHookDir, p.logDir, env, index, put);
   }
@@ -142,9 +145,11 @@ std::vector<std::string> plannedWorkerEnvironment(const AgentConfig& config,
   placement.groupWorldSize = nodeCount;
   placement.masterAddr = config.masterAddr;
   placement.masterPort = config.storePort;
-  placement.errorFile = logDir + "/error.json";
-  placement.logDir = logDir;
-  placement.progressFile = logDir + "/progress";
+  if (!config.discardsLogs()) {
+    placement.errorFile = logDir + "/error.json";
+    placement.logDir = logDir;
+    placement.progressFile = logDir + "/progress";
+  }
   return detail::workerEnvironment(inherited, config, placement);
 }
 

@@ -67,27 +67,36 @@ WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
 
 GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   std::error_code ec;
-  fs::create_directories(placement.attemptDir, ec);
+  // An empty attempt directory is --log_dir=/dev/null: no directory, log, progress or
+  // duplicates file (the workers' dirs stay empty too).
+  const bool files = !placement.attemptDir.empty();
+  if (files) {
+    fs::create_directories(placement.attemptDir, ec);
+  }
   graceTimer_.cancel();
   workers_.clear();
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
-  stdoutDuplicates_ =
-      openDuplicates(config_.duplicateStdoutFilters, placement.attemptDir / "filtered_stdout.log");
-  stderrDuplicates_ =
-      openDuplicates(config_.duplicateStderrFilters, placement.attemptDir / "filtered_stderr.log");
+  stdoutDuplicates_ = files ? openDuplicates(config_.duplicateStdoutFilters,
+                                             placement.attemptDir / "filtered_stdout.log")
+                            : nullptr;
+  stderrDuplicates_ = files ? openDuplicates(config_.duplicateStderrFilters,
+                                             placement.attemptDir / "filtered_stderr.log")
+                            : nullptr;
   std::vector<WorkerStreams> streams(workers_.size());
   GroupStart result;
   for (std::size_t i = 0; i < workers_.size() && result.status.isOk(); ++i) {
     Worker& w = workers_[i];
     w.localRank = static_cast<int>(i);
     w.rank = placement.rankOffset + w.localRank;
-    w.dir = placement.attemptDir / std::to_string(w.localRank);
-    fs::create_directory(w.dir, ec);
-    streams[i].outLog = openLog(w.dir / "stdout.log");
-    streams[i].errLog = openLog(w.dir / "stderr.log");
-    if (!progress::createProgressFile((w.dir / "progress").string())) {
-      log::agent().warn("cannot create {}: rank {} reports no progress",
-                        (w.dir / "progress").string(), w.rank);
+    if (files) {
+      w.dir = placement.attemptDir / std::to_string(w.localRank);
+      fs::create_directory(w.dir, ec);
+      streams[i].outLog = openLog(w.dir / "stdout.log");
+      streams[i].errLog = openLog(w.dir / "stderr.log");
+      if (!progress::createProgressFile((w.dir / "progress").string())) {
+        log::agent().warn("cannot create {}: rank {} reports no progress",
+                          (w.dir / "progress").string(), w.rank);
+      }
     }
     result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe);
     if (result.status.isOk() && anyStartedWorkerFailed()) {
@@ -103,6 +112,9 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
       result.status = s;
     } else if (s.isOk() && !result.firstRunning) {
       result.firstRunning = Clock::now();
+    }
+    if (w.dir.empty()) {
+      continue;
     }
     if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
       w.progress.emplace(std::move(*reader));
@@ -144,9 +156,11 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   env.restartCount = placement.restartCount;
   env.masterAddr = config_.masterAddr;
   env.masterPort = placement.masterPort;
-  env.errorFile = (w.dir / "error.json").string();
-  env.logDir = w.dir.string();
-  env.progressFile = (w.dir / "progress").string();
+  if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
+    env.errorFile = (w.dir / "error.json").string();
+    env.logDir = w.dir.string();
+    env.progressFile = (w.dir / "progress").string();
+  }
 
   SpawnRequest request;
   request.path = config_.executable.empty() ? config_.command.at(0) : config_.executable;
@@ -184,7 +198,9 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
     return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
   };
   const bool tee = has(config_.tee.forRank(w.localRank));
-  const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
+  // With --log_dir=/dev/null there is no file to redirect to: the stream stays on the console.
+  const bool redirected =
+      tee || (!config_.discardsLogs() && has(config_.redirects.forRank(w.localRank)));
   const bool shown = !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
   // One rank alone on the console cannot mix with another: its bytes pass as they come.
   const std::size_t onConsole =

@@ -311,6 +311,9 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     }
     config.reportFile = report->text;
   }
+  // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
+  // get their own per-rank files).
+  config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");
   const auto hangSetting = options.get("hang_timeout", "0");
   const auto hangSeconds = parseNumber(hangSetting.text);
   if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
@@ -338,6 +341,29 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
   }
   DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
+  return Status::ok();
+}
+
+// torchrun's --log_dir=/dev/null: no file at all. What needs files is refused; what only loses
+// them (redirects, duplicate filters) is said once.
+Status checkDiscardedLogs(const Resolver& options, LaunchPlan& plan) {
+  if (!plan.config.discardsLogs()) {
+    return Status::ok();
+  }
+  if (plan.config.hangTimeout.count() > 0) {
+    return Status::invalidArgument(
+        "--hang_timeout needs the per-rank progress files, and --log_dir=/dev/null writes no "
+        "file: give --log_dir a directory, or leave --hang_timeout out");
+  }
+  for (const std::string_view dest :
+       {"redirects", "duplicate_stdout_filters", "duplicate_stderr_filters"}) {
+    if (const auto setting = options.find(dest);
+        setting && !setting->text.empty() && setting->text != "0") {
+      plan.warnings.push_back(
+          setting->source + ": --log_dir=/dev/null writes no file; " +
+          (dest == "redirects" ? "the streams stay on the console" : "no line is copied"));
+    }
+  }
   return Status::ok();
 }
 
@@ -517,6 +543,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   DTRUN_TRY(resolveOutput(options, config));
   DTRUN_TRY(resolveStopping(options, config));
   DTRUN_TRY(resolveInsight(options, host, plan));
+  DTRUN_TRY(checkDiscardedLogs(options, plan));
 
   config.command = resolveCommand(program, options, host, module, noPython, runPath);
   config.entrypointName = program.front();

@@ -95,8 +95,10 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
   const int nodeRank = multi && multi->nodeRank >= 0 ? multi->nodeRank : 0;
   const bool assignedLater = multi && (plan.rdzvBackend == "c10d" || multi->nodeRank < 0);
   const std::string logBase =
-      (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
-      config.runId + "/attempt_0";
+      config.discardsLogs()
+          ? std::string("(none: --log_dir=/dev/null)")
+          : (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
+                config.runId + "/attempt_0";
   std::ostringstream out;
   out << "dtrun --dry-run: nothing is started.\n" << launchBanner(plan) << "\n";
   if (multi) {
@@ -112,7 +114,8 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
   const int offset = nodeRank * config.nprocPerNode;
   for (int local = 0; local < config.nprocPerNode; ++local) {
     out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
-        << std::setw(11) << nodeRank << logBase << "/" << local << "\n";
+        << std::setw(11) << nodeRank << logBase
+        << (config.discardsLogs() ? "" : "/" + std::to_string(local)) << "\n";
   }
   std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
   for (int local = 0; local < config.nprocPerNode; ++local) {

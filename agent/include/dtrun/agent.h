@@ -56,6 +56,9 @@ struct MultiNodeConfig {
 // the launcher before anything starts, or by the agent when exec fails anyway.
 constexpr int kExitCannotRun = 127;
 
+// --log_dir's value that writes no log files (torchrun compares it with os.devnull exactly).
+inline constexpr std::string_view kDiscardLogs = "/dev/null";
+
 struct AgentConfig {
   // What every worker runs. command[0] is the program as the user named it (a path, or a name
   // looked up in PATH); the literal "${local_rank}" in any element is replaced by the worker's
@@ -85,7 +88,12 @@ struct AgentConfig {
   // it, and workers get it as DTRUN_STORE_TOKEN (libdtrt presents it too).
   std::string storeToken;
 
-  std::string logDir;  // "" = a fresh directory under $TMPDIR, whose path is printed once
+  // "" = a fresh directory under $TMPDIR, whose path is printed once; kDiscardLogs = none at all.
+  std::string logDir;
+  // torchrun's --log_dir=/dev/null: no directory and no file is made; workers get an empty
+  // TORCHELASTIC_ERROR_FILE and their streams stay on the console (there is no file to
+  // redirect to).
+  [[nodiscard]] bool discardsLogs() const { return logDir == kDiscardLogs; }
   StreamSelection redirects;
   StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
   std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
@@ -102,6 +110,10 @@ struct AgentConfig {
 
   // --report: the job's run report (JSON, docs/report.schema.json) is written here at exit.
   std::string reportFile;
+  // dtrun's own TORCHELASTIC_ERROR_FILE ("" = unset), for the scheduler or launcher above it:
+  // when the job fails, the root cause goes there as torchrun's @record writes it (the worker's
+  // error file copied with errorCode added, else a message naming rank, host and exit).
+  std::string errorFile;
   // --hang_timeout (0 = off): when no rank makes progress for this long, or one rank lags the
   // others by as much, every worker's stack is dumped and the round fails.
   std::chrono::milliseconds hangTimeout{0};
