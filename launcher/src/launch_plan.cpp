@@ -523,6 +523,17 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
       // elastic job that may grow beyond the allocation: its nodes then come first, in order.
       config.multiNode->schedulerOrder = job->nodeIndex;
     }
+  } else if (plan.rdzvBackend == "c10d" && !standalone && options.find("rdzv_endpoint")) {
+    // One node whose c10d endpoint another host serves (or --rdzv_conf is_host=false): as
+    // torchrun, it rendezvouses there as a client, and its workers' MASTER_ADDR names the host
+    // that serves the store. Served here, it stays a job with its own store, as before.
+    const std::string ownAddr = config.masterAddr;
+    DTRUN_ASSIGN_OR_RETURN(auto multi, resolveMultiNode(options, host, plan, nodeRank));
+    if (multi.hostsStore) {
+      config.masterAddr = ownAddr;
+    } else {
+      config.multiNode = multi;
+    }
   }
 
   DTRUN_ASSIGN_OR_RETURN(auto maxRestarts, parseNonNegative(options.get("max_restarts", "0")));
