@@ -49,12 +49,13 @@ Status checkUnsupported(const Resolver& options) {
   if (const auto handler = options.find("event_log_handler"); handler && handler->text != "null") {
     return Status::invalidArgument(
         handler->source + ": only 'null' is supported (torchelastic event handlers are Python " +
-        "plugins), got '" + handler->text + "'");
+        "plugins; --report writes the job's events as JSON), got '" + handler->text + "'");
   }
   if (const auto specs = options.find("logs_specs")) {
     return Status::invalidArgument(
-        specs->source + ": custom LogsSpecs are Python plugins and not supported, got '" +
-        specs->text + "'");
+        specs->source +
+        ": custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, --redirects, " +
+        "--tee and --local_ranks_filter), got '" + specs->text + "'");
   }
   if (const auto numa = options.find("numa_binding")) {
     return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
@@ -73,7 +74,9 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
   const auto masterAddr = options.find("master_addr");
   const auto masterPort = options.find("master_port");
   if (backend.text != "static" && backend.text != "c10d") {
-    return expected(backend, "static or c10d (the backends dtrun supports)");
+    return expected(backend,
+                    "static or c10d (etcd and etcd-v2 need an etcd server: c10d with "
+                    "--rdzv_endpoint does the same on dtrun's own store)");
   }
   std::optional<int> port;
   if (masterPort) {

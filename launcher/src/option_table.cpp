@@ -33,7 +33,7 @@ constexpr std::array kOptions = {
     OptionSpec{"start_method", "", Kind::kValue, true,
                "spawn, fork or forkserver (default spawn); accepted, unused by script entrypoints"},
     OptionSpec{"event_log_handler", "", Kind::kValue, true,
-               "torchelastic event handler; only null (the default) is supported"},
+               "torchelastic event handler: only null (the default; handlers are Python plugins)"},
     OptionSpec{"role", "", Kind::kValue, true,
                "Worker role, exported as ROLE_NAME (default default)"},
     OptionSpec{"module", "-m", Kind::kFlag, true,
@@ -43,7 +43,8 @@ constexpr std::array kOptions = {
     OptionSpec{"run_path", "", Kind::kFlag, true,
                "Run the entrypoint as a Python script (python -u <entrypoint>)"},
     OptionSpec{"log_dir", "", Kind::kValue, true,
-               "Base directory for worker logs (default: a new directory under $TMPDIR)"},
+               "Base directory for worker logs (default: a new directory under $TMPDIR; /dev/null: "
+               "no files)"},
     OptionSpec{"redirects", "-r", Kind::kValue, true,
                "Worker streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
                "rank, e.g. 0:3,1:1 (default 0)"},
@@ -60,7 +61,7 @@ constexpr std::array kOptions = {
     OptionSpec{"local_addr", "", Kind::kValue, true,
                "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
     OptionSpec{"logs_specs", "", Kind::kValue, false,
-               "Custom torchelastic LogsSpecs: not supported"},
+               "Custom torchelastic LogsSpecs: Python plugins, refused (use --log_dir, -r, -t)"},
     OptionSpec{"numa_binding", "", Kind::kValue, false, "NUMA binding: not supported yet"},
     OptionSpec{"signals_to_handle", "", Kind::kValue, true,
                "Signals forwarded to the workers before dtrun exits (default "

@@ -73,7 +73,9 @@ Result<int> parseNproc(const Setting& setting, const HostFacts& host) {
   }
   const auto value = parseInt(text);
   if (!value || *value < 1 || *value > std::numeric_limits<int>::max()) {
-    return expected(setting, "a positive integer, gpu, cpu or auto");
+    return expected(setting,
+                    "a positive integer, gpu, cpu or auto (dtrun counts NVIDIA GPUs only: for xpu "
+                    "or another accelerator, give the number)");
   }
   return static_cast<int>(*value);
 }

@@ -427,8 +427,12 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
     CHECK(p.warnings.empty());
   }
   SECTION("c10d with a port, and --local_addr as MASTER_ADDR") {
+    auto host = testHost();  // the endpoint is this host: one node serves its own store
+    host.isThisHost = [](const std::string& h) { return h == "127.0.0.1"; };
     const auto p = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0",
-                           "--local_addr=10.2.2.2", "--rdzv_id=abc", "x.py"});
+                           "--local_addr=10.2.2.2", "--rdzv_id=abc", "x.py"},
+                          host);
+    CHECK_FALSE(p.config.multiNode.has_value());
     CHECK(p.config.storePort == 0);
     CHECK(p.config.masterAddr == "10.2.2.2");
     CHECK(p.config.runId == "abc");
@@ -547,11 +551,14 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--bogus", "x.py"}, "unrecognized option '--bogus' (see dtrun --help)"},
       {{"--bogus=3", "x.py"}, "unrecognized option '--bogus' (see dtrun --help)"},
       {{"--nproc_per_node=abc", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got 'abc'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got 'abc'"},
       {{"--nproc-per-node=0", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got '0'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got '0'"},
       {{"--nproc_per_node=xpu", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got 'xpu'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got 'xpu'"},
       {{"--nnodes=0", "x.py"}, "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '0'"},
       {{"--nnodes=3:2", "x.py"}, "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '3:2'"},
       {{"--nnodes=1:2:3", "x.py"},
@@ -570,7 +577,8 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--node_rank=-1", "x.py"}, "--node_rank: expected a non-negative integer, got '-1'"},
       {{"--node_rank=1", "x.py"}, "--node_rank: must be below --nnodes (1), got '1'"},
       {{"--rdzv_backend=etcd", "x.py"},
-       "--rdzv_backend: expected static or c10d (the backends dtrun supports), got 'etcd'"},
+       "--rdzv_backend: expected static or c10d (etcd and etcd-v2 need an etcd server: c10d "
+       "with --rdzv_endpoint does the same on dtrun's own store), got 'etcd'"},
       {{"--rdzv_endpoint=::1", "x.py"},
        "--rdzv_endpoint: expected host[:port] or [ipv6]:port with a port from 0 to 65535, got "
        "'::1'"},
@@ -621,9 +629,10 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "LOCAL_RANK)"},
       {{"--event_log_handler=console", "x.py"},
        "--event_log_handler: only 'null' is supported (torchelastic event handlers are Python "
-       "plugins), got 'console'"},
+       "plugins; --report writes the job's events as JSON), got 'console'"},
       {{"--logs_specs=mine", "x.py"},
-       "--logs_specs: custom LogsSpecs are Python plugins and not supported, got 'mine'"},
+       "--logs_specs: custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, "
+       "--redirects, --tee and --local_ranks_filter), got 'mine'"},
       {{"--numa_binding=node", "x.py"},
        "--numa_binding: NUMA binding is not supported yet, got 'node'"},
       {{"--log-line-prefix-template=[${node}]", "x.py"},
