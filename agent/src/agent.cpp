@@ -338,8 +338,8 @@ class Agent {
     fs::path attemptDir =
         runDir_.empty() ? fs::path() : runDir_ / ("attempt_" + std::to_string(restartCount_));
     std::error_code ec;
-    if (assignment_ && !attemptDir.empty() &&
-        fs::exists(attemptDir, ec)) {  // a membership change keeps the attempt
+    // A membership change keeps the attempt number: its round gets a directory of its own.
+    if (assignment_ && !attemptDir.empty() && fs::exists(attemptDir, ec)) {
       attemptDir += "-round" + std::to_string(assignment_->round);
     }
     stopReason_ = StopReason::kNone;

@@ -50,7 +50,7 @@ bool hasLine(const std::string& text, const std::string& line) {
 
 }  // namespace
 
-TEST_CASE("--log_dir=/dev/null writes no file, as torchrun's", "[unit][launcher]") {
+TEST_CASE("a log_dir of /dev/null writes no file, as torchrun's", "[unit][launcher]") {
   SECTION("both spellings; workers get an empty TORCHELASTIC_ERROR_FILE") {
     const std::string flag = GENERATE("--log_dir=/dev/null", "--log-dir=/dev/null");
     const auto p = planOk({flag, "--nproc_per_node=2", "--no_python", "/bin/w"});
