@@ -33,9 +33,16 @@ import time
 
 _MAGIC = 0x3147525054525444
 _SIZE = 256
-_lock = threading.RLock()
+_lock = threading.Lock()
 _map = None
 _stack_file = None
+# Precompiled layouts: begin() and end() are on the path of every collective the torch hook
+# (dtrun_torch_hook.py) wraps, so each is a handful of pack_into calls and nothing more.
+_SEQ = struct.Struct("<Q")  # 8
+_BEGIN = struct.Struct("<QqqQ")  # 16 ops, 24 op start, 32 last change, 40 bytes
+_END = struct.Struct("<qq")  # 24 op start (0), 32 last change
+_NAMES = struct.Struct("40s48s")  # 72 op, 112 group
+_encoded = {}  # (op, group) -> the two NUL-padded fields
 
 
 def _open():
@@ -49,20 +56,26 @@ def _open():
         return
     try:
         mapped = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):  # not a progress file (too short, not mappable)
+        return
     finally:
         os.close(fd)
     if struct.unpack_from("<Q", mapped, 0)[0] != _MAGIC:
         mapped.close()
         return
     _map = mapped
-    struct.pack_into("<i", _map, 68, os.getpid())
     log_dir = os.environ.get("DTRUN_LOG_DIR")
     if log_dir:
-        stack_signal = int(os.environ.get("DTRUN_STACK_SIGNAL", int(signal.SIGRTMIN) + 2))
-        # Kept open for the life of the process: faulthandler writes to its descriptor.
-        _stack_file = open(os.path.join(log_dir, "python_stack.txt"), "w")
-        faulthandler.register(stack_signal, file=_stack_file, all_threads=True)
-        struct.pack_into("<i", _map, 64, stack_signal)
+        try:
+            stack_signal = int(os.environ.get("DTRUN_STACK_SIGNAL", int(signal.SIGRTMIN) + 2))
+            # Kept open for the life of the process: faulthandler writes to its descriptor.
+            _stack_file = open(os.path.join(log_dir, "python_stack.txt"), "w")
+            faulthandler.register(stack_signal, file=_stack_file, all_threads=True)
+            struct.pack_into("<i", _map, 64, stack_signal)
+        except (OSError, ValueError, RuntimeError):
+            pass  # no Python stacks in a hang report; progress still counts
+    # Last: a non-zero pid tells the agent this rank reports progress (see hang_detector.h).
+    struct.pack_into("<i", _map, 68, os.getpid())
 
 
 def _update(fields):
@@ -70,31 +83,47 @@ def _update(fields):
     if _map is None:
         return
     with _lock:
-        seq = struct.unpack_from("<Q", _map, 8)[0]
-        struct.pack_into("<Q", _map, 8, seq + 1)
+        seq = _SEQ.unpack_from(_map, 8)[0]
+        _SEQ.pack_into(_map, 8, seq + 1)
         for offset, fmt, value in fields:
             struct.pack_into(fmt, _map, offset, value)
-        struct.pack_into("<Q", _map, 8, seq + 2)
+        _SEQ.pack_into(_map, 8, seq + 2)
 
 
-def _text(value, size):
-    return value.encode("utf-8")[: size - 1].ljust(size, b"\0")
+def _names(op, group):
+    names = _encoded.get((op, group))
+    if names is None:
+        names = (op.encode("utf-8")[:39], group.encode("utf-8")[:47])
+        if len(_encoded) < 4096:  # bounded: group names come from the user's groups
+            _encoded[(op, group)] = names
+    return names
 
 
 def begin(op, group="", nbytes=0):
     """Marks the start of an operation (a training step, a collective)."""
-    if _map is None:
+    mapped = _map
+    if mapped is None:
         return
+    names = _names(op, group)
     with _lock:  # the count is read and written under the one lock, as every field
         now = time.monotonic_ns()
-        ops = struct.unpack_from("<Q", _map, 16)[0] + 1
-        _update([(16, "<Q", ops), (24, "<q", now), (32, "<q", now), (40, "<Q", nbytes),
-                 (72, "40s", _text(op, 40)), (112, "48s", _text(group, 48))])
+        seq = _SEQ.unpack_from(mapped, 8)[0]
+        _SEQ.pack_into(mapped, 8, seq + 1)
+        _BEGIN.pack_into(mapped, 16, _SEQ.unpack_from(mapped, 16)[0] + 1, now, now, nbytes)
+        _NAMES.pack_into(mapped, 72, names[0], names[1])
+        _SEQ.pack_into(mapped, 8, seq + 2)
 
 
 def end():
     """Marks the end of the current operation."""
-    _update([(24, "<q", 0), (32, "<q", time.monotonic_ns())])
+    mapped = _map
+    if mapped is None:
+        return
+    with _lock:
+        seq = _SEQ.unpack_from(mapped, 8)[0]
+        _SEQ.pack_into(mapped, 8, seq + 1)
+        _END.pack_into(mapped, 24, 0, time.monotonic_ns())
+        _SEQ.pack_into(mapped, 8, seq + 2)
 
 
 @contextlib.contextmanager
@@ -104,6 +133,11 @@ def op(name, group="", nbytes=0):
         yield
     finally:
         end()
+
+
+def enabled():
+    """True when this process writes a progress file dtrun reads."""
+    return _map is not None
 
 
 def mark_store_connected():

@@ -38,6 +38,7 @@
 #include "job_coordinator.h"
 #include "job_setup.h"
 #include "log.h"
+#include "root_cause_file.h"
 #include "run_dir.h"
 #include "signal_mask.h"
 #include "worker_group.h"
@@ -87,6 +88,12 @@ std::string hostName() {
 
 // The worker's own account of its failure: its error file, else the tail of its stderr.
 void describeFromFiles(WorkerFailure& failure, const fs::path& dir) {
+  if (dir.empty()) {                 // --log_dir=/dev/null: the worker had neither
+    if (!failure.status.signaled) {  // (a signal's own line says more)
+      failure.message = "(--log_dir=/dev/null: no error file or stderr log was kept)";
+    }
+    return;
+  }
   if (!detail::readErrorFile((dir / "error.json").string(), failure)) {
     failure.message = detail::tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
   }
@@ -99,7 +106,7 @@ class Agent {
         peerGraceTimer_(io_),
         inheritedEnv_(environSnapshot()),
         host_(hostName()),
-        group_(io_, config, inheritedEnv_,
+        group_(io_, config, inheritedEnv_, host_,
                [this](const detail::Worker& w, ExitStatus status) { onWorkerExited(w, status); }),
         log_(config, host_) {}
 
@@ -290,7 +297,7 @@ class Agent {
       if (!local) {
         failures.push_back(*root);
       }
-      log_.setRootCause(*root);
+      recordRootCause(*root);
     }
     std::cerr << "dtrun: job '" << config_.runId << "' is over: " << end.message << "\n";
     if (!failures.empty()) {
@@ -327,9 +334,12 @@ class Agent {
   // ---- one attempt ----
 
   void startAttempt() {
-    fs::path attemptDir = runDir_ / ("attempt_" + std::to_string(restartCount_));
+    // --log_dir=/dev/null: no directory (runDir_ is empty), so none for the attempt either.
+    fs::path attemptDir =
+        runDir_.empty() ? fs::path() : runDir_ / ("attempt_" + std::to_string(restartCount_));
     std::error_code ec;
-    if (assignment_ && fs::exists(attemptDir, ec)) {  // a membership change keeps the attempt
+    // A membership change keeps the attempt number: its round gets a directory of its own.
+    if (assignment_ && !attemptDir.empty() && fs::exists(attemptDir, ec)) {
       attemptDir += "-round" + std::to_string(assignment_->round);
     }
     stopReason_ = StopReason::kNone;
@@ -526,11 +536,20 @@ class Agent {
         }
       }
       std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);
-      log_.setRootCause(failures_.front());
+      recordRootCause(failures_.front());
     } else if (d.exitCode == 0 && !job_) {
       log::agent().info("all {} worker(s) succeeded", group_.workers().size());
     }
     finish(d.exitCode);
+  }
+
+  // The job failed with `root` as its cause: into the run record, and into dtrun's own
+  // TORCHELASTIC_ERROR_FILE when a scheduler or an outer launcher gave one.
+  void recordRootCause(const WorkerFailure& root) {
+    log_.setRootCause(root);
+    if (!config_.errorFile.empty()) {
+      detail::writeRootCauseErrorFile(config_.errorFile, root, host_);
+    }
   }
 
   void finish(int code) {

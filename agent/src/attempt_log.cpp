@@ -92,7 +92,7 @@ void AttemptLog::begin(int attempt, const std::filesystem::path& attemptDir,
     RankRecord rank;
     rank.localRank = localRank;
     rank.rank = (assignment ? assignment->rankOffset : 0) + localRank;
-    rank.logDir = (attemptDir / std::to_string(localRank)).string();
+    rank.logDir = attemptDir.empty() ? "" : (attemptDir / std::to_string(localRank)).string();
     a.ranks.push_back(rank);
   }
   record_.attempts.push_back(std::move(a));

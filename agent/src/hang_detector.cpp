@@ -107,9 +107,12 @@ HangRank hangRankOf(const RankProgress& r, std::int64_t nowNs, bool suspect) {
 std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks,
                                           std::int64_t nowNs, std::chrono::milliseconds timeout) {
   std::vector<const RankProgress*> judged;
+  std::vector<const RankProgress*> silent;  // report progress, but entered no operation yet
   for (const RankProgress& r : ranks) {
     if (r.snapshot.ops > 0) {
       judged.push_back(&r);
+    } else if (r.snapshot.pid != 0) {
+      silent.push_back(&r);
     }
   }
   if (judged.empty()) {
@@ -122,7 +125,15 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
   }
   std::vector<const RankProgress*> suspects;
   std::string reason;
-  if (nowNs - newest >= limitNs) {
+  const bool someoneWaits = std::any_of(judged.begin(), judged.end(),
+                                        [](const auto* r) { return r->snapshot.opStartNs != 0; });
+  if (nowNs - newest >= limitNs && someoneWaits && !silent.empty()) {
+    // The others wait for ranks that never got as far as their first operation.
+    reason = "no_progress";
+    suspects = silent;
+    judged.insert(judged.end(), silent.begin(), silent.end());
+    std::sort(judged.begin(), judged.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+  } else if (nowNs - newest >= limitNs) {
     reason = "no_progress";
     std::uint64_t fewest = judged.front()->snapshot.ops;
     std::map<std::string, int> votes;
@@ -174,7 +185,9 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
     diagnosis.ranks.push_back(rank);
     if (suspect) {
       suspectText += (suspectText.empty() ? "" : "; ") + std::string("rank ") +
-                     std::to_string(r->rank) + " on " + r->host + " " + whereIs(*r, nowNs);
+                     std::to_string(r->rank) + " on " + r->host + " " +
+                     (r->snapshot.ops == 0 ? std::string("has not entered any collective")
+                                           : whereIs(*r, nowNs));
     } else {
       const auto& s = r->snapshot;
       othersBySignature[{s.opStartNs != 0, describeOp(s)}].push_back(r->rank);

@@ -32,11 +32,13 @@ struct HangDiagnosis {
   std::vector<HangRank> ranks;  // every judged rank, suspects marked
 };
 
-// Judges ranks that reported at least one operation (the others cannot be told from slow ones):
-// a hang when none of them began or ended an operation for `timeout`, or when one of them has
-// been still for `timeout` longer than the most recent one. Suspects are the ranks behind the
-// others in operation count; with equal counts, those in a different operation (or group) than
-// the majority; else the one in its operation the longest. `nowNs` is CLOCK_MONOTONIC.
+// Judges ranks that reported at least one operation: a hang when none of them began or ended an
+// operation for `timeout`, or when one of them has been still for `timeout` longer than the most
+// recent one. Suspects are, first, the ranks that report progress (a writer attached: pid set)
+// but entered no operation while others wait in one; then the ranks behind the others in
+// operation count; with equal counts, those in a different operation (or group) than the
+// majority; else the one in its operation the longest. Ranks without a writer cannot be told
+// from slow ones and are not judged. `nowNs` is CLOCK_MONOTONIC.
 std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks,
                                           std::int64_t nowNs, std::chrono::milliseconds timeout);
 

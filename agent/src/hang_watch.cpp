@@ -4,12 +4,15 @@
 #include <iostream>
 #include <system_error>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 
 #include "failure_report.h"
 #include "log.h"
+#include "worker_env.h"
 
 namespace dtrun::agent::detail {
 namespace {
@@ -22,6 +25,8 @@ constexpr std::chrono::milliseconds kStackToolTimeout{15000};
 // from the signal handler, so this is only the scheduling delay).
 constexpr std::chrono::milliseconds kPythonStackWait{2000};
 constexpr std::chrono::milliseconds kHangCheckMax{1000};
+// torch's watchdog polls its pipe about once a second, then writes the dump.
+constexpr std::chrono::milliseconds kFlightRecordWait{5000};
 
 // A worker to dump, as the loop saw it when the dump began.
 struct DumpTarget {
@@ -29,8 +34,48 @@ struct DumpTarget {
   int localRank = 0;
   pid_t pid = 0;
   fs::path dir;
-  bool pythonStacks = false;  // the worker was sent its stack signal
+  bool pythonStacks = false;            // the worker was sent its stack signal
+  std::vector<fs::path> flightRecords;  // torch's NCCL dumps asked for
 };
+
+// torch's flight recorder pipes in a rank's directory (<prefix><rank>.pipe, made by
+// ProcessGroupNCCL when the Python hook set TORCH_NCCL_DEBUG_INFO_PIPE_FILE): a write makes
+// torch dump its recent collectives to <prefix><rank>. Returns the dumps to wait for.
+std::vector<fs::path> requestFlightRecords(const fs::path& rankDir) {
+  std::vector<fs::path> dumps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(rankDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(kFlightRecorderPrefix) || !name.ends_with(".pipe") ||
+        !entry.is_fifo(ec)) {
+      continue;
+    }
+    // Non-blocking: a pipe nobody reads (the process group is gone) fails with ENXIO.
+    const UniqueFd pipe(::open(entry.path().c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+    if (pipe.valid() && ::write(pipe.get(), "1", 1) == 1) {
+      dumps.push_back(entry.path().parent_path() / entry.path().stem());
+    }
+  }
+  return dumps;
+}
+
+// What the flight recorder wrote, for the rank's stack text: the files and how to read them.
+std::string flightRecords(const std::vector<fs::path>& dumps, const std::atomic<bool>& cancelled) {
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + kFlightRecordWait;
+  for (const fs::path& dump : dumps) {
+    std::error_code ec;
+    while (fs::file_size(dump, ec) == 0 && std::chrono::steady_clock::now() < deadline &&
+           !cancelled.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto size = fs::file_size(dump, ec);
+    text += ec ? "\nNCCL flight recorder: asked, nothing written to " + dump.string() + "\n"
+               : "\nNCCL flight recorder: " + dump.string() + " (" + std::to_string(size) +
+                     " bytes: torch's record of its recent collectives, a pickle)\n";
+  }
+  return text;
+}
 
 void sortByRank(std::vector<RankProgress>& ranks) {
   std::sort(ranks.begin(), ranks.end(),
@@ -55,6 +100,7 @@ HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& a
       }
       stack += "\nPython stacks (faulthandler):\n" + tailOfFile(pythonStack.string(), 200);
     }
+    stack += flightRecords(t.flightRecords, cancelled);
     const fs::path stackFile = t.dir / "stack.txt";
     static_cast<void>(writeFileAtomically(stackFile.string(), stack));
     hangText += "\n==== rank " + std::to_string(t.rank) + " (local rank " +
@@ -210,7 +256,8 @@ void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir, HangD
     if (!w.child || !w.child->running()) {
       continue;
     }
-    DumpTarget target{w.rank, w.localRank, w.child->pid(), w.dir, false};
+    DumpTarget target{w.rank, w.localRank, w.child->pid(),
+                      w.dir,  false,       requestFlightRecords(w.dir)};
     if (w.progress) {
       if (const auto snapshot = w.progress->read(); snapshot && snapshot->stackSignal > 0) {
         ::kill(target.pid, snapshot->stackSignal);

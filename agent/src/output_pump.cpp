@@ -1,7 +1,7 @@
 #include "output_pump.h"
 
-#include <algorithm>
 #include <cerrno>
+#include <string_view>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,27 +12,31 @@ namespace dtrun::agent::detail {
 namespace {
 
 // A closed console or a full disk must not stop the agent: a failed write is dropped.
-void writeAll(int fd, const std::string& data) {
-  static_cast<void>(io::writeAll(fd, data.data(), data.size()));
+void writeAll(int fd, const char* data, std::size_t n) {
+  static_cast<void>(io::writeAll(fd, data, n));
 }
 
-// The line without its terminator ("\n", "\r" or "\r\n").
-std::string_view content(std::string_view line) {
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
-    line.remove_suffix(1);
+bool matchesAny(std::string_view line, const std::vector<std::string>& filters) {
+  for (const auto& filter : filters) {
+    if (line.find(filter) != std::string_view::npos) {
+      return true;
+    }
   }
-  return line;
+  return false;
 }
 
 }  // namespace
 
 OutputPump::OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile,
-                       ConsoleTarget console)
+                       ConsoleMode mode, int consoleFd, std::string prefix,
+                       std::shared_ptr<DuplicateSink> duplicates)
     : pipe_(io, pipe.release()),
       logFile_(std::move(logFile)),
-      console_(std::move(console)),
-      lines_([this](const LineAssembler::Piece& piece) { onPiece(piece); }),
-      holdTimer_(io) {
+      mode_(mode),
+      consoleFd_(consoleFd),
+      lines_(std::move(prefix)),
+      duplicates_(std::move(duplicates)),
+      quietTimer_(io) {
   boost::system::error_code ignored;
   pipe_.non_blocking(true, ignored);
 }
@@ -41,6 +45,7 @@ OutputPump::~OutputPump() {
   *alive_ = false;
   boost::system::error_code ignored;
   pipe_.close(ignored);
+  // The timer's own destructor cancels its wait; the handler sees alive == false.
 }
 
 void OutputPump::start() { readSome(); }
@@ -77,96 +82,72 @@ bool OutputPump::readAvailable() {
 
 void OutputPump::consume(const char* data, std::size_t n) {
   if (logFile_.valid()) {
-    static_cast<void>(io::writeAll(logFile_.get(), data, n));  // the exact bytes
+    writeAll(logFile_.get(), data, n);
   }
-  if (console_.mode == ConsoleMode::kNone) {
+  if (mode_ == ConsoleMode::kRaw) {
+    writeAll(consoleFd_, data, n);
     return;
   }
-  const bool wasHolding = lines_.holding();
-  emitted_ = false;
-  lines_.feed(std::string_view(data, n));
-  writeOut();
-  if (!lines_.holding()) {
+  if (mode_ != ConsoleMode::kLines) {
     return;
   }
-  // The hold limit counts from the start of the line held now, not of an earlier one.
-  if (!wasHolding || emitted_) {
-    heldSince_ = std::chrono::steady_clock::now();
-  }
-  armHoldTimer();
-}
-
-void OutputPump::onPiece(const LineAssembler::Piece& piece) {
-  emitted_ = true;
-  if (console_.mode == ConsoleMode::kRaw) {
-    consoleOut_.append(piece.text);  // the worker's bytes, unchanged
-    return;
-  }
-  if (piece.crlfTail) {
-    consoleOut_ += '\n';  // ends the line shown with its '\r'; it has its prefix already
-    return;
-  }
-  // Every console line starts with the prefix, so a cut line's piece ends its console line.
-  consoleOut_ += console_.prefix;
-  consoleOut_.append(piece.text);
-  if (piece.cut) {
-    consoleOut_ += '\n';
-  }
-  if (console_.filteredFd >= 0 && matchesFilter(piece.text)) {
-    filteredOut_ += console_.prefix;
-    filteredOut_.append(content(piece.text));
-    filteredOut_ += '\n';
+  std::string out;
+  lines_.feed(std::string_view(data, n), out);
+  writeConsole(out);
+  if (lines_.pending()) {
+    armQuietFlush();
   }
 }
 
-bool OutputPump::matchesFilter(std::string_view line) const {
-  return std::any_of(
-      console_.filters.begin(), console_.filters.end(),
-      [line](const std::string& needle) { return line.find(needle) != std::string_view::npos; });
-}
-
-void OutputPump::writeOut() {
-  if (!consoleOut_.empty()) {
-    writeAll(console_.fd, consoleOut_);
-    consoleOut_.clear();
-  }
-  if (!filteredOut_.empty()) {
-    writeAll(console_.filteredFd, filteredOut_);
-    filteredOut_.clear();
-  }
-}
-
-void OutputPump::armHoldTimer() {
-  if (timerArmed_) {
+// One write(2) for every whole line at hand: the agent's pumps share one thread, so lines of
+// different ranks never interleave inside a write.
+void OutputPump::writeConsole(const std::string& lines) {
+  if (lines.empty()) {
     return;
   }
-  timerArmed_ = true;
-  holdTimer_.expires_at(heldSince_ + kHoldLimit);
-  holdTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-    if (!*alive) {
+  writeAll(consoleFd_, lines.data(), lines.size());
+  if (!duplicates_ || !duplicates_->file.valid()) {
+    return;
+  }
+  std::string copied;
+  for (std::size_t start = 0; start < lines.size();) {
+    std::size_t end = lines.find_first_of("\r\n", start);
+    end = end == std::string::npos ? lines.size() : end + 1;
+    const std::string_view line(lines.data() + start, end - start);
+    if (matchesAny(line, duplicates_->filters)) {
+      copied.append(line);
+    }
+    start = end;
+  }
+  if (!copied.empty()) {
+    writeAll(duplicates_->file.get(), copied.data(), copied.size());
+  }
+}
+
+// The first byte of an unfinished line starts the clock: whatever of it is still held when the
+// timer fires goes out as a line of its own.
+void OutputPump::armQuietFlush() {
+  if (quietArmed_) {
+    return;
+  }
+  quietArmed_ = true;
+  quietTimer_.expires_after(kQuietFlush);
+  quietTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) {
       return;
     }
-    timerArmed_ = false;
-    if (!ec) {
-      onHoldTimer();
-    }
+    quietArmed_ = false;
+    flushPartialLine();
   });
 }
 
-void OutputPump::onHoldTimer() {
-  if (!lines_.holding()) {
-    return;
-  }
-  if (std::chrono::steady_clock::now() < heldSince_ + kHoldLimit) {
-    armHoldTimer();  // the line held now began after the one the timer was set for
-    return;
-  }
-  flushPartialLine();
-}
-
 void OutputPump::flushPartialLine() {
-  lines_.flush();
-  writeOut();
+  if (mode_ != ConsoleMode::kLines || !lines_.pending()) {
+    return;
+  }
+  std::string out;
+  lines_.flush(out);
+  writeConsole(out);
 }
 
 void OutputPump::drainAndStop() {
@@ -176,8 +157,8 @@ void OutputPump::drainAndStop() {
   static_cast<void>(readAvailable());
   flushPartialLine();
   *alive_ = false;
+  quietTimer_.cancel();
   boost::system::error_code ignored;
-  holdTimer_.cancel();
   pipe_.close(ignored);  // cancels the pending wait; its handler sees alive == false
 }
 

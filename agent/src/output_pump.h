@@ -1,12 +1,16 @@
 // Copies one worker stream from its pipe to the rank's log file (the exact bytes) and, depending
-// on the console mode, to dtrun's own stdout/stderr: raw, or behind a "[role3]:" prefix; either
-// way one whole line at a time (line_assembler.h), each console write(2) whole lines only, so
-// ranks' lines never mix. Runs on the agent's event loop; not thread-safe.
+// on the console mode, to dtrun's own stdout/stderr: passed through as it comes (the only rank on
+// the console), or one whole line at a time behind an optional prefix (console_lines.h), so
+// ranks' lines never mix. An unfinished line goes out on its own after a short quiet spell (a
+// prompt, a progress dot) and at the end. Tee'd lines that contain one of the duplicate filters
+// are also appended to a file shared by the attempt's ranks (torchrun's
+// --duplicate-stdout-filters). Runs on the agent's event loop; not thread-safe.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 #include <vector>
@@ -17,33 +21,27 @@
 
 #include "dtrun/common.h"
 
-#include "line_assembler.h"
+#include "console_lines.h"
 
 namespace dtrun::agent::detail {
 
-enum class ConsoleMode : std::uint8_t { kNone, kRaw, kPrefixed };
+enum class ConsoleMode : std::uint8_t { kNone, kRaw, kLines };
 
-// Where a stream's lines go besides its log file.
-struct ConsoleTarget {
-  ConsoleMode mode = ConsoleMode::kNone;
-  int fd = 1;          // dtrun's stdout (1) or stderr (2)
-  std::string prefix;  // kPrefixed: written before every line
-  // kPrefixed with --duplicate_std{out,err}_filters: prefixed lines containing any of `filters`
-  // are also written to this file (the attempt's filtered_std{out,err}.log, shared by the
-  // group's pumps and owned by the group); -1: none.
-  int filteredFd = -1;
+// Where tee'd lines matching any of `filters` (substrings) are copied, shared by the pumps of
+// one attempt.
+struct DuplicateSink {
   std::vector<std::string> filters;
+  UniqueFd file;
 };
 
 class OutputPump {
  public:
-  // A partial line is shown after this long without its end: prompts and progress output still
-  // appear, while a line written in several pieces (python -u writes text and "\n" apart) is
-  // shown whole.
-  static constexpr std::chrono::milliseconds kHoldLimit{150};
+  static constexpr std::chrono::milliseconds kQuietFlush{200};
 
-  // Takes the pipe's read end and the log file.
-  OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile, ConsoleTarget console);
+  // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2. `prefix` goes before each
+  // console line in kLines mode ("" for none). `duplicates` may be null.
+  OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile, ConsoleMode mode,
+             int consoleFd, std::string prefix, std::shared_ptr<DuplicateSink> duplicates);
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
   OutputPump(OutputPump&&) = delete;
@@ -60,26 +58,20 @@ class OutputPump {
   // Reads until the pipe is empty; true once it reached EOF.
   bool readAvailable();
   void consume(const char* data, std::size_t n);
-  void onPiece(const LineAssembler::Piece& piece);
-  [[nodiscard]] bool matchesFilter(std::string_view line) const;
-  // One write(2) per destination for everything the last feed completed.
-  void writeOut();
-  void armHoldTimer();
-  void onHoldTimer();
   void flushPartialLine();
+  void writeConsole(const std::string& lines);
+  void armQuietFlush();
 
   boost::asio::posix::stream_descriptor pipe_;
   UniqueFd logFile_;
-  const ConsoleTarget console_;
-  LineAssembler lines_;
-  boost::asio::steady_timer holdTimer_;
-  std::chrono::steady_clock::time_point heldSince_;  // when the held partial line began
-  bool timerArmed_ = false;
-  bool emitted_ = false;  // a piece left the assembler during the current feed
-  std::string consoleOut_;
-  std::string filteredOut_;
+  const ConsoleMode mode_;
+  const int consoleFd_;
+  ConsoleLines lines_;
+  std::shared_ptr<DuplicateSink> duplicates_;
+  boost::asio::steady_timer quietTimer_;
+  bool quietArmed_ = false;
   std::array<char, 16384> buffer_{};
-  // Outstanding waits hold this; it is cleared when the pump stops or is destroyed.
+  // Outstanding reads and timers hold this; it is cleared when the pump is destroyed.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -17,6 +17,7 @@ std::string encodeProgress(const std::vector<RankProgress>& ranks, std::int64_t 
                    {"pid", r.pid},
                    {"host", r.host},
                    {"ops", s.ops},
+                   {"reports", s.pid != 0 || s.ops > 0},
                    {"op", s.op},
                    {"group", s.group},
                    {"bytes", s.bytes},
@@ -39,6 +40,8 @@ std::vector<RankProgress> decodeProgress(const std::string& text, std::int64_t n
       r.pid = item.at("pid").get<pid_t>();
       r.host = item.at("host").get<std::string>();
       r.snapshot.ops = item.at("ops").get<std::uint64_t>();
+      // A writer is attached (hang_detector.h): an older agent's entry counts if it has ops.
+      r.snapshot.pid = item.value("reports", r.snapshot.ops > 0) ? r.pid : 0;
       r.snapshot.op = item.at("op").get<std::string>();
       r.snapshot.group = item.at("group").get<std::string>();
       r.snapshot.bytes = item.at("bytes").get<std::uint64_t>();

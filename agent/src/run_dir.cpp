@@ -14,6 +14,10 @@ namespace fs = std::filesystem;
 
 Result<fs::path> createRunDir(const AgentConfig& config, const std::string& host,
                               const std::string& tmpDir) {
+  if (config.discardsLogs()) {
+    log::agent().info("--log_dir={}: no log directory, no log or error file", kDiscardLogs);
+    return fs::path();
+  }
   std::error_code ec;
   fs::path base = config.logDir;
   if (base.empty()) {

@@ -13,7 +13,7 @@ namespace dtrun::agent::detail {
 // directory). Without --log_dir, a fresh directory under `tmpDir` (or /tmp). A run id used
 // before gets "<run_id>-2", ...; the agents of several nodes may share a log dir (one file
 // system under a scheduler): each takes its directory with an atomic mkdir, and a node that
-// loses takes "<run_id>-<host>".
+// loses takes "<run_id>-<host>". With --log_dir=/dev/null: nothing is made, the path is empty.
 Result<std::filesystem::path> createRunDir(const AgentConfig& config, const std::string& host,
                                            const std::string& tmpDir);
 

@@ -1,9 +1,42 @@
 #include "worker_env.h"
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 namespace dtrun::agent::detail {
+namespace {
+
+// dtrun's sitecustomize after the user's PYTHONPATH entries (theirs keep precedence), and
+// torch's NCCL flight recorder (torch >= 2.2; older versions ignore these names) writing into
+// the rank's directory: on its own NCCL timeout, and when the hang watch writes to its pipe
+// (<prefix><rank>.pipe). The user's own settings win.
+template <typename Put>
+void addPythonHook(const std::string& hookDir, const std::string& rankDir,
+                   const std::vector<std::string>& env,
+                   const std::unordered_map<std::string, std::size_t>& index, const Put& put) {
+  static constexpr std::string_view kPythonPath = "PYTHONPATH=";
+  const auto user = index.find("PYTHONPATH");
+  const std::string userPath =
+      user == index.end() ? std::string() : env[user->second].substr(kPythonPath.size());
+  put("PYTHONPATH", userPath.empty() ? hookDir : userPath + ":" + hookDir);
+  if (rankDir.empty()) {
+    return;  // --log_dir=/dev/null: nowhere for the flight recorder to dump
+  }
+  const std::string prefix = rankDir + "/" + std::string(kFlightRecorderPrefix);
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
+        {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
+        {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix},
+        {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", prefix}}) {
+    if (index.find(name) == index.end()) {
+      put(name, value);
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<std::string> workerEnvironment(const std::vector<std::string>& inherited,
                                            const AgentConfig& config, const WorkerPlacement& p) {
@@ -29,8 +62,22 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
       put(name, value);
     }
   }
-  if (index.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == index.end()) {
-    put("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, torch <= 2.1 NCCL_ASYNC_ERROR_HANDLING:
+  // both get 1 (torchrun's default), or the user's value of whichever was set.
+  {
+    static constexpr std::string_view kNew = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+    static constexpr std::string_view kOld = "NCCL_ASYNC_ERROR_HANDLING";
+    const auto valueOf = [&](std::string_view name) -> std::optional<std::string> {
+      const auto it = index.find(std::string(name));
+      return it == index.end() ? std::nullopt
+                               : std::optional(env[it->second].substr(name.size() + 1));
+    };
+    const std::string chosen = valueOf(kNew).value_or(valueOf(kOld).value_or("1"));
+    for (const auto name : {kNew, kOld}) {
+      if (!valueOf(name)) {
+        put(std::string(name), chosen);
+      }
+    }
   }
   const int localWorldSize = config.nprocPerNode;
   put("LOCAL_RANK", std::to_string(p.localRank));
@@ -56,12 +103,15 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   put("DTRUN_STORE_ADDR", p.masterAddr + ":" + std::to_string(p.masterPort));
   put("DTRUN_STORE_PREFIX", "/worker/attempt_" + std::to_string(p.restartCount));
   put("DTRUN_RUN_ID", config.runId);
+  // Empty with --log_dir=/dev/null: still set, so that a dtrun run by a worker of another dtrun
+  // does not pass on its parent's directory and progress file.
   put("DTRUN_LOG_DIR", p.logDir);
   if (!config.storeToken.empty()) {
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
-  if (!p.progressFile.empty()) {
-    put("DTRUN_PROGRESS_FILE", p.progressFile);
+  put("DTRUN_PROGRESS_FILE", p.progressFile);
+  if (!config.pythonHookDir.empty()) {
+    addPythonHook(config.pythonHookDir, p.logDir, env, index, put);
   }
   return env;
 }
@@ -95,9 +145,11 @@ std::vector<std::string> plannedWorkerEnvironment(const AgentConfig& config,
   placement.groupWorldSize = nodeCount;
   placement.masterAddr = config.masterAddr;
   placement.masterPort = config.storePort;
-  placement.errorFile = logDir + "/error.json";
-  placement.logDir = logDir;
-  placement.progressFile = logDir + "/progress";
+  if (!config.discardsLogs()) {
+    placement.errorFile = logDir + "/error.json";
+    placement.logDir = logDir;
+    placement.progressFile = logDir + "/progress";
+  }
   return detail::workerEnvironment(inherited, config, placement);
 }
 

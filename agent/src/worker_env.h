@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrun/agent.h"
@@ -23,6 +24,10 @@ struct WorkerPlacement {
   std::string logDir;        // this rank's directory for this attempt
   std::string progressFile;  // DTRUN_PROGRESS_FILE: where the worker reports its progress
 };
+
+// torch's NCCL flight recorder files in a rank's directory begin with this (the Python hook sets
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE and _PIPE_FILE to <rank dir>/<this>; torch appends the rank).
+inline constexpr std::string_view kFlightRecorderPrefix = "nccl_trace_rank_";
 
 // `inherited` holds "NAME=value" entries (the agent's environ); later entries override earlier
 // ones. The result has one entry per name.

@@ -4,7 +4,6 @@
 #include <array>
 #include <cerrno>
 #include <system_error>
-#include <tuple>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -32,30 +31,18 @@ struct WorkerStreams {
   UniqueFd errLog;
 };
 
-// The console prefix of a worker's tee'd lines: torchrun's "[<role><local_rank>]:", or the
-// parts of --log_line_prefix_template with this worker's values.
-std::string linePrefix(const AgentConfig& config, const Worker& w) {
-  if (config.linePrefix.empty()) {
-    return "[" + config.role + std::to_string(w.localRank) + "]:";
+std::shared_ptr<DuplicateSink> openDuplicates(const std::vector<std::string>& filters,
+                                              const fs::path& path) {
+  if (filters.empty()) {
+    return nullptr;
   }
-  std::string prefix;
-  for (const PrefixPart& part : config.linePrefix) {
-    switch (part.kind) {
-      case PrefixPart::Kind::kText:
-        prefix += part.text;
-        break;
-      case PrefixPart::Kind::kRank:
-        prefix += std::to_string(w.rank);
-        break;
-      case PrefixPart::Kind::kLocalRank:
-        prefix += std::to_string(w.localRank);
-        break;
-      case PrefixPart::Kind::kPid:
-        prefix += std::to_string(w.child ? w.child->pid() : 0);
-        break;
-    }
+  auto sink = std::make_shared<DuplicateSink>();
+  sink->filters = filters;
+  sink->file = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!sink->file.valid()) {
+    log::agent().warn("cannot open {}: duplicated lines are not copied", path.string());
   }
-  return prefix;
+  return sink;
 }
 
 Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
@@ -69,33 +56,47 @@ Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
 }  // namespace
 
 WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
-                         std::vector<std::string> inheritedEnv, ExitHandler onExit)
+                         std::vector<std::string> inheritedEnv, std::string hostName,
+                         ExitHandler onExit)
     : io_(io),
       config_(config),
       inheritedEnv_(std::move(inheritedEnv)),
+      hostName_(std::move(hostName)),
       onExit_(std::move(onExit)),
       graceTimer_(io) {}
 
 GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   std::error_code ec;
-  fs::create_directories(placement.attemptDir, ec);
+  // An empty attempt directory is --log_dir=/dev/null: no directory, log, progress or
+  // duplicates file (the workers' dirs stay empty too).
+  const bool files = !placement.attemptDir.empty();
+  if (files) {
+    fs::create_directories(placement.attemptDir, ec);
+  }
   graceTimer_.cancel();
   workers_.clear();
-  openFilteredLogs(placement.attemptDir);
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+  stdoutDuplicates_ = files ? openDuplicates(config_.duplicateStdoutFilters,
+                                             placement.attemptDir / "filtered_stdout.log")
+                            : nullptr;
+  stderrDuplicates_ = files ? openDuplicates(config_.duplicateStderrFilters,
+                                             placement.attemptDir / "filtered_stderr.log")
+                            : nullptr;
   std::vector<WorkerStreams> streams(workers_.size());
   GroupStart result;
   for (std::size_t i = 0; i < workers_.size() && result.status.isOk(); ++i) {
     Worker& w = workers_[i];
     w.localRank = static_cast<int>(i);
     w.rank = placement.rankOffset + w.localRank;
-    w.dir = placement.attemptDir / std::to_string(w.localRank);
-    fs::create_directory(w.dir, ec);
-    streams[i].outLog = openLog(w.dir / "stdout.log");
-    streams[i].errLog = openLog(w.dir / "stderr.log");
-    if (!progress::createProgressFile((w.dir / "progress").string())) {
-      log::agent().warn("cannot create {}: rank {} reports no progress",
-                        (w.dir / "progress").string(), w.rank);
+    if (files) {
+      w.dir = placement.attemptDir / std::to_string(w.localRank);
+      fs::create_directory(w.dir, ec);
+      streams[i].outLog = openLog(w.dir / "stdout.log");
+      streams[i].errLog = openLog(w.dir / "stderr.log");
+      if (!progress::createProgressFile((w.dir / "progress").string())) {
+        log::agent().warn("cannot create {}: rank {} reports no progress",
+                          (w.dir / "progress").string(), w.rank);
+      }
     }
     result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe);
     if (result.status.isOk() && anyStartedWorkerFailed()) {
@@ -111,6 +112,9 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
       result.status = s;
     } else if (s.isOk() && !result.firstRunning) {
       result.firstRunning = Clock::now();
+    }
+    if (w.dir.empty()) {
+      continue;
     }
     if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
       w.progress.emplace(std::move(*reader));
@@ -152,9 +156,11 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   env.restartCount = placement.restartCount;
   env.masterAddr = config_.masterAddr;
   env.masterPort = placement.masterPort;
-  env.errorFile = (w.dir / "error.json").string();
-  env.logDir = w.dir.string();
-  env.progressFile = (w.dir / "progress").string();
+  if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
+    env.errorFile = (w.dir / "error.json").string();
+    env.logDir = w.dir.string();
+    env.progressFile = (w.dir / "progress").string();
+  }
 
   SpawnRequest request;
   request.path = config_.executable.empty() ? config_.command.at(0) : config_.executable;
@@ -192,46 +198,39 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
     return (static_cast<unsigned>(s) & static_cast<unsigned>(stream)) != 0;
   };
   const bool tee = has(config_.tee.forRank(w.localRank));
-  const bool redirected = tee || has(config_.redirects.forRank(w.localRank));
+  // With --log_dir=/dev/null there is no file to redirect to: the stream stays on the console.
+  const bool redirected =
+      tee || (!config_.discardsLogs() && has(config_.redirects.forRank(w.localRank)));
   const bool shown = !config_.localRanksFilter || config_.localRanksFilter->count(w.localRank) != 0;
-  ConsoleTarget console;
-  console.fd = consoleFd;
+  // One rank alone on the console cannot mix with another: its bytes pass as they come.
+  const std::size_t onConsole =
+      config_.localRanksFilter ? config_.localRanksFilter->size() : workers_.size();
+  ConsoleMode mode = ConsoleMode::kNone;
   if (shown && tee) {
-    console.mode = ConsoleMode::kPrefixed;
-    console.prefix = linePrefix(config_, w);
-    // As torchrun's filtered tails: the tee'd streams that reach the console.
-    const bool out = stream == Streams::kOut;
-    const UniqueFd& filtered = out ? filteredOut_ : filteredErr_;
-    if (filtered.valid()) {
-      console.filteredFd = filtered.get();
-      console.filters = out ? config_.duplicateStdoutFilters : config_.duplicateStderrFilters;
-    }
+    mode = ConsoleMode::kLines;
   } else if (shown && !redirected) {
-    console.mode = ConsoleMode::kRaw;
+    mode = onConsole <= 1 ? ConsoleMode::kRaw : ConsoleMode::kLines;
   }
+  auto duplicates = !tee                      ? nullptr
+                    : stream == Streams::kOut ? stdoutDuplicates_
+                                              : stderrDuplicates_;
   // Every stream lands in the rank's log file, redirected or not.
   auto pump =
-      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), std::move(console));
+      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode, consoleFd,
+                                   tee ? linePrefix(w) : std::string(), std::move(duplicates));
   pump->start();
   return pump;
 }
 
-// torchrun opens these whenever filters are given, tee or not, so their absence means no filter.
-void WorkerGroup::openFilteredLogs(const fs::path& attemptDir) {
-  filteredOut_.reset();
-  filteredErr_.reset();
-  for (const auto& [filters, file, name] :
-       {std::tuple{&config_.duplicateStdoutFilters, &filteredOut_, "filtered_stdout.log"},
-        std::tuple{&config_.duplicateStderrFilters, &filteredErr_, "filtered_stderr.log"}}) {
-    if (filters->empty()) {
-      continue;
-    }
-    *file = openLog(attemptDir / name);
-    if (!file->valid()) {
-      log::agent().warn("cannot create {}: {}", (attemptDir / name).string(),
-                        std::system_category().message(errno));
-    }
-  }
+std::string WorkerGroup::linePrefix(const Worker& w) const {
+  const std::string& pattern = config_.logLinePrefixTemplate.empty()
+                                   ? std::string(kDefaultLinePrefixTemplate)
+                                   : config_.logLinePrefixTemplate;
+  return expandLinePrefix(pattern, {{"role_name", config_.role},
+                                    {"rank", std::to_string(w.rank)},
+                                    {"local_rank", std::to_string(w.localRank)},
+                                    {"hostname", hostName_},
+                                    {"pid", std::to_string(w.child ? w.child->pid() : 0)}});
 }
 
 // The one path by which a worker's exit becomes known: its pidfd turned readable.

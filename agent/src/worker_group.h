@@ -63,7 +63,7 @@ class WorkerGroup {
   using ExitHandler = std::function<void(const Worker& worker, ExitStatus status)>;
 
   WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
-              std::vector<std::string> inheritedEnv, ExitHandler onExit);
+              std::vector<std::string> inheritedEnv, std::string hostName, ExitHandler onExit);
 
   // Starts config.nprocPerNode workers one after another without waiting for their execs
   // (confirmed together afterwards), and stops starting more once a started one already failed:
@@ -97,20 +97,20 @@ class WorkerGroup {
   void watchExit(std::size_t index);
   std::unique_ptr<OutputPump> makePump(const Worker& w, UniqueFd pipe, UniqueFd logFile,
                                        Streams stream, int consoleFd);
-  void openFilteredLogs(const std::filesystem::path& attemptDir);
+  [[nodiscard]] std::string linePrefix(const Worker& w) const;
   void onExitReadable(std::size_t index);
   [[nodiscard]] bool anyStartedWorkerFailed() const;
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
   const std::vector<std::string> inheritedEnv_;
+  const std::string hostName_;  // ${hostname} of the line prefix
   const ExitHandler onExit_;
   boost::asio::steady_timer graceTimer_;
-  // The attempt's filtered_std{out,err}.log (--duplicate_*_filters), written by every worker's
-  // pump; declared before workers_ so that the pumps go first.
-  UniqueFd filteredOut_;
-  UniqueFd filteredErr_;
   std::vector<Worker> workers_;
+  // This attempt's filtered_stdout.log / filtered_stderr.log (null without filters).
+  std::shared_ptr<DuplicateSink> stdoutDuplicates_;
+  std::shared_ptr<DuplicateSink> stderrDuplicates_;
 };
 
 }  // namespace dtrun::agent::detail

@@ -101,6 +101,24 @@ bool isThisMachine(const std::string& name) {
   return mine;
 }
 
+// An installed dtrun's share/dtrun/python first: a build tree that moved keeps working from its
+// install, and an install never reaches back into a source tree that may be gone.
+std::string findPythonHookDir() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::vector<std::filesystem::path> candidates;
+  if (!ec) {
+    candidates.push_back(self.parent_path().parent_path() / "share" / "dtrun" / "python");
+  }
+  candidates.emplace_back(DTRUN_SOURCE_PYTHON_DIR);
+  for (const auto& dir : candidates) {
+    if (std::filesystem::is_regular_file(dir / "sitecustomize.py", ec)) {
+      return dir.string();
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> environSnapshot() {
@@ -180,6 +198,21 @@ HostFacts readHostFacts() {
   if (::gethostname(name.data(), name.size() - 1) == 0) {
     host.hostName = name.data();
   }
+  host.pythonHookDir = findPythonHookDir();
+  host.whyNotRunnable = [](const std::string& file) -> std::string {
+    struct stat info {};
+    if (::stat(file.c_str(), &info) != 0) {
+      return "No such file or directory";
+    }
+    if (S_ISDIR(info.st_mode)) {
+      return "it is a directory, not a program (name the program inside it)";
+    }
+    if (!S_ISREG(info.st_mode) || ::access(file.c_str(), X_OK) != 0) {
+      return "not executable (chmod +x " + file + ", or name its interpreter: dtrun ... python3 " +
+             file + ")";
+    }
+    return {};
+  };
   host.readFile = [](const std::string& file) -> std::optional<std::string> {
     std::ifstream in(file, std::ios::binary);
     if (!in) {

@@ -36,6 +36,10 @@ struct HostFacts {
   // none. Resolved here, once: the agent never searches PATH. (Tests take the name as it is.)
   std::function<std::optional<std::string>(const std::string& program)> resolveProgram =
       [](const std::string& program) { return std::optional<std::string>(program); };
+  // Why the file at `path` (a program named with a '/') cannot be exec'd: "" when it can.
+  std::function<std::string(const std::string& path)> whyNotRunnable = [](const std::string&) {
+    return std::string();
+  };
   // Whether a script handed to the interpreter exists (tests assume it does).
   std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
   // Whether `host` (a name or address) is this machine: c10d's is_host guess. readHostFacts:
@@ -44,6 +48,9 @@ struct HostFacts {
     return false;
   };
   std::string hostName;  // gethostname(): finds this node in PBS_NODEFILE
+  // Where dtrun's Python hook (python/sitecustomize.py) lives: <prefix>/share/dtrun/python
+  // beside an installed dtrun, else the source tree's python/. "" when neither has it.
+  std::string pythonHookDir;
   // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& path)> readFile =
       [](const std::string&) { return std::optional<std::string>(); };

@@ -49,12 +49,13 @@ Status checkUnsupported(const Resolver& options) {
   if (const auto handler = options.find("event_log_handler"); handler && handler->text != "null") {
     return Status::invalidArgument(
         handler->source + ": only 'null' is supported (torchelastic event handlers are Python " +
-        "plugins), got '" + handler->text + "'");
+        "plugins; --report writes the job's events as JSON), got '" + handler->text + "'");
   }
   if (const auto specs = options.find("logs_specs")) {
     return Status::invalidArgument(
-        specs->source + ": custom LogsSpecs are Python plugins and not supported, got '" +
-        specs->text + "'");
+        specs->source +
+        ": custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, --redirects, " +
+        "--tee and --local_ranks_filter), got '" + specs->text + "'");
   }
   if (const auto numa = options.find("numa_binding")) {
     return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
@@ -73,7 +74,9 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
   const auto masterAddr = options.find("master_addr");
   const auto masterPort = options.find("master_port");
   if (backend.text != "static" && backend.text != "c10d") {
-    return expected(backend, "static or c10d (the backends dtrun supports)");
+    return expected(backend,
+                    "static or c10d (etcd and etcd-v2 need an etcd server: c10d with "
+                    "--rdzv_endpoint does the same on dtrun's own store)");
   }
   std::optional<int> port;
   if (masterPort) {
@@ -215,45 +218,6 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
   return multi;
 }
 
-// Whether any stream of any local rank is tee'd.
-bool anyTee(const agent::StreamSelection& tee) {
-  return tee.all != agent::Streams::kNone ||
-         std::any_of(tee.perRank.begin(), tee.perRank.end(),
-                     [](const auto& entry) { return entry.second != agent::Streams::kNone; });
-}
-
-// The prefix of tee'd console lines and the lines duplicated to filtered_std{out,err}.log.
-Status resolveTeeLines(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
-  agent::AgentConfig& config = plan.config;
-  auto prefix = options.find("log_line_prefix_template");
-  if (!prefix) {
-    if (const auto fromEnv = options.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
-      prefix = Setting{*fromEnv, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"};
-    }
-  }
-  if (prefix) {
-    DTRUN_ASSIGN_OR_RETURN(auto parts,
-                           parseLinePrefixTemplate(*prefix, config.role, host.hostName));
-    config.linePrefix = std::move(parts);
-  }
-  config.duplicateStdoutFilters =
-      parseDuplicateFilters(options.get("duplicate_stdout_filters", "").text);
-  config.duplicateStderrFilters =
-      parseDuplicateFilters(options.get("duplicate_stderr_filters", "").text);
-  // As torchrun, both apply to tee'd lines only; say so rather than silently do nothing.
-  if (!anyTee(config.tee)) {
-    if (prefix && !prefix->text.empty()) {
-      plan.warnings.push_back(prefix->source + " applies to tee'd lines only, and --tee is 0");
-    }
-    if (!config.duplicateStdoutFilters.empty() || !config.duplicateStderrFilters.empty()) {
-      plan.warnings.emplace_back(
-          "--duplicate_*_filters copy tee'd lines only, and --tee is 0: the filtered logs stay "
-          "empty");
-    }
-  }
-  return Status::ok();
-}
-
 // Role, log directory, redirects, tee and the console filter.
 Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
   const auto role = options.get("role", "default");
@@ -276,6 +240,33 @@ Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
   }
   DTRUN_ASSIGN_OR_RETURN(auto filter, parseLocalRanksFilter(options.get("local_ranks_filter", "")));
   config.localRanksFilter = std::move(filter);
+
+  auto prefix = options.find("log_line_prefix_template");
+  if (!prefix) {
+    if (const auto fromEnv = options.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+      prefix = Setting{*fromEnv, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"};
+    }
+  }
+  if (prefix) {
+    if (const auto unknown = agent::unknownLinePrefixVariable(prefix->text); !unknown.empty()) {
+      return Status::invalidArgument(prefix->source + ": unknown variable " + unknown + " in '" +
+                                     prefix->text +
+                                     "'; use ${role_name}, ${rank}, ${local_rank}, ${hostname} "
+                                     "or ${pid}");
+    }
+    config.logLinePrefixTemplate = prefix->text;
+  }
+  for (const auto& [dest, target] :
+       {std::pair{"duplicate_stdout_filters", &config.duplicateStdoutFilters},
+        std::pair{"duplicate_stderr_filters", &config.duplicateStderrFilters}}) {
+    target->clear();
+    const auto setting = options.get(dest, "");
+    for (const std::string_view piece : text::split(setting.text, ',')) {
+      if (!piece.empty()) {
+        target->emplace_back(piece);
+      }
+    }
+  }
   return Status::ok();
 }
 
@@ -314,8 +305,8 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   return Status::ok();
 }
 
-// dtrun's own job insight: --report, --hang_timeout, --verbose and --dry-run.
-Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
+// dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
   agent::AgentConfig& config = plan.config;
   if (const auto report = options.find("report")) {
     if (trim(report->text).empty()) {
@@ -323,14 +314,59 @@ Status resolveInsight(const Resolver& options, LaunchPlan& plan) {
     }
     config.reportFile = report->text;
   }
+  // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
+  // get their own per-rank files).
+  config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");
   const auto hangSetting = options.get("hang_timeout", "0");
   const auto hangSeconds = parseNumber(hangSetting.text);
   if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
     return expected(hangSetting, "a non-negative number of seconds (0 = off)");
   }
   config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  const auto hook = options.get("python_hook", "auto");
+  if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
+    return expected(hook, "auto, on or off");
+  }
+  if (hook.text == "on" || (hook.text == "auto" && config.hangTimeout.count() > 0)) {
+    static constexpr std::string_view kMissing =
+        "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
+        "dtrun";
+    if (!host.pythonHookDir.empty()) {
+      config.pythonHookDir = host.pythonHookDir;
+    } else if (hook.text == "on") {
+      return Status::error(Errc::kInvalidArgument,
+                           std::string(kMissing) + ": reinstall dtrun, or pass --python_hook=off");
+    } else {
+      plan.notices.push_back("dtrun: " + std::string(kMissing) +
+                             ": Python workers that do not import dtrun_progress are not judged "
+                             "by --hang_timeout (reinstall dtrun to have them judged)");
+    }
+  }
   DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
+  return Status::ok();
+}
+
+// torchrun's --log_dir=/dev/null: no file at all. What needs files is refused; what only loses
+// them (redirects, duplicate filters) is said once.
+Status checkDiscardedLogs(const Resolver& options, LaunchPlan& plan) {
+  if (!plan.config.discardsLogs()) {
+    return Status::ok();
+  }
+  if (plan.config.hangTimeout.count() > 0) {
+    return Status::invalidArgument(
+        "--hang_timeout needs the per-rank progress files, and --log_dir=/dev/null writes no "
+        "file: give --log_dir a directory, or leave --hang_timeout out");
+  }
+  for (const std::string_view dest :
+       {"redirects", "duplicate_stdout_filters", "duplicate_stderr_filters"}) {
+    if (const auto setting = options.find(dest);
+        setting && !setting->text.empty() && setting->text != "0") {
+      plan.warnings.push_back(
+          setting->source + ": --log_dir=/dev/null writes no file; " +
+          (dest == "redirects" ? "the streams stay on the console" : "no line is copied"));
+    }
+  }
   return Status::ok();
 }
 
@@ -490,6 +526,17 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
       // elastic job that may grow beyond the allocation: its nodes then come first, in order.
       config.multiNode->schedulerOrder = job->nodeIndex;
     }
+  } else if (plan.rdzvBackend == "c10d" && !standalone && options.find("rdzv_endpoint")) {
+    // One node whose c10d endpoint another host serves (or --rdzv_conf is_host=false): as
+    // torchrun, it rendezvouses there as a client, and its workers' MASTER_ADDR names the host
+    // that serves the store. Served here, it stays a job with its own store, as before.
+    const std::string ownAddr = config.masterAddr;
+    DTRUN_ASSIGN_OR_RETURN(auto multi, resolveMultiNode(options, host, plan, nodeRank));
+    if (multi.hostsStore) {
+      config.masterAddr = ownAddr;
+    } else {
+      config.multiNode = multi;
+    }
   }
 
   DTRUN_ASSIGN_OR_RETURN(auto maxRestarts, parseNonNegative(options.get("max_restarts", "0")));
@@ -508,9 +555,9 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return expected(startMethod, "spawn, fork or forkserver");
   }
   DTRUN_TRY(resolveOutput(options, config));
-  DTRUN_TRY(resolveTeeLines(options, host, plan));
   DTRUN_TRY(resolveStopping(options, config));
-  DTRUN_TRY(resolveInsight(options, plan));
+  DTRUN_TRY(resolveInsight(options, host, plan));
+  DTRUN_TRY(checkDiscardedLogs(options, plan));
 
   config.command = resolveCommand(program, options, host, module, noPython, runPath);
   config.entrypointName = program.front();
@@ -523,6 +570,11 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   // A script for the interpreter must exist: say so now, once, rather than through a Python
   // traceback from every rank.
   const bool interpreted = config.command.front() != config.entrypointName;
+  if (!interpreted && config.executable.find('/') != std::string::npos) {
+    if (const std::string why = host.whyNotRunnable(config.executable); !why.empty()) {
+      return Status::error(Errc::kNotFound, "cannot run " + config.entrypointName + ": " + why);
+    }
+  }
   if (interpreted && !module && !host.fileExists(config.entrypointName)) {
     return Status::error(Errc::kNotFound,
                          "cannot run " + config.entrypointName + ": No such file or directory");

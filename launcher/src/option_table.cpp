@@ -33,7 +33,7 @@ constexpr std::array kOptions = {
     OptionSpec{"start_method", "", Kind::kValue, true,
                "spawn, fork or forkserver (default spawn); accepted, unused by script entrypoints"},
     OptionSpec{"event_log_handler", "", Kind::kValue, true,
-               "torchelastic event handler; only null (the default) is supported"},
+               "torchelastic event handler: only null (the default; handlers are Python plugins)"},
     OptionSpec{"role", "", Kind::kValue, true,
                "Worker role, exported as ROLE_NAME (default default)"},
     OptionSpec{"module", "-m", Kind::kFlag, true,
@@ -43,7 +43,8 @@ constexpr std::array kOptions = {
     OptionSpec{"run_path", "", Kind::kFlag, true,
                "Run the entrypoint as a Python script (python -u <entrypoint>)"},
     OptionSpec{"log_dir", "", Kind::kValue, true,
-               "Base directory for worker logs (default: a new directory under $TMPDIR)"},
+               "Base directory for worker logs (default: a new directory under $TMPDIR; /dev/null: "
+               "no files)"},
     OptionSpec{"redirects", "-r", Kind::kValue, true,
                "Worker streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
                "rank, e.g. 0:3,1:1 (default 0)"},
@@ -60,7 +61,7 @@ constexpr std::array kOptions = {
     OptionSpec{"local_addr", "", Kind::kValue, true,
                "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
     OptionSpec{"logs_specs", "", Kind::kValue, false,
-               "Custom torchelastic LogsSpecs: not supported"},
+               "Custom torchelastic LogsSpecs: Python plugins, refused (use --log_dir, -r, -t)"},
     OptionSpec{"numa_binding", "", Kind::kValue, false, "NUMA binding: not supported yet"},
     OptionSpec{"signals_to_handle", "", Kind::kValue, true,
                "Signals forwarded to the workers before dtrun exits (default "
@@ -71,15 +72,15 @@ constexpr std::array kOptions = {
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
                "One visible GPU per worker: not supported yet"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
-               "Comma list of substrings (,, for a comma): tee'd stdout lines containing one "
-               "are also written, prefixed, to filtered_stdout.log in the attempt's log "
-               "directory"},
+               "Comma list of strings: tee'd stdout lines containing one are also copied to "
+               "<attempt dir>/filtered_stdout.log"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
-               "The same for tee'd stderr lines, to filtered_stderr.log"},
+               "Comma list of strings: tee'd stderr lines containing one are also copied to "
+               "<attempt dir>/filtered_stderr.log"},
     OptionSpec{"log_line_prefix_template", "", Kind::kValue, true,
-               "Prefix of tee'd console lines, default [${role_name}${local_rank}]: (else "
-               "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE): ${role_name}, ${rank} (global), "
-               "${local_rank}, ${hostname}, ${pid} (the worker's; dtrun's own), $$ for a '$'"},
+               "Prefix of tee'd console lines, with ${role_name}, ${rank}, ${local_rank}, "
+               "${hostname}, ${pid} (default [${role_name}${local_rank}]:, or "
+               "$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"},
     OptionSpec{"dry_run", "", Kind::kFlag, false,
                "Print the resolved configuration, the rank table and each worker's environment, "
                "then exit without starting anything"},
@@ -88,6 +89,9 @@ constexpr std::array kOptions = {
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},
+    OptionSpec{"python_hook", "", Kind::kValue, false,
+               "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
+               "workers' PYTHONPATH): auto (on with --hang_timeout), on or off (default auto)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,

@@ -31,43 +31,6 @@ std::string quoteCommand(const std::vector<std::string>& command) {
   return text;
 }
 
-// The tee'd lines' prefix with the per-worker values as variables ("[default${local_rank}]:").
-std::string prefixText(const agent::AgentConfig& config) {
-  if (config.linePrefix.empty()) {
-    return "[" + config.role + "${local_rank}]:";
-  }
-  std::string text;
-  for (const agent::PrefixPart& part : config.linePrefix) {
-    switch (part.kind) {
-      case agent::PrefixPart::Kind::kText:
-        text += part.text;
-        break;
-      case agent::PrefixPart::Kind::kRank:
-        text += "${rank}";
-        break;
-      case agent::PrefixPart::Kind::kLocalRank:
-        text += "${local_rank}";
-        break;
-      case agent::PrefixPart::Kind::kPid:
-        text += "${pid}";
-        break;
-    }
-  }
-  return text;
-}
-
-// Filters as torchrun takes them: joined by commas, a comma inside one doubled.
-std::string filtersText(const std::vector<std::string>& filters) {
-  std::string text;
-  for (const std::string& filter : filters) {
-    text += text.empty() ? "" : ",";
-    for (const char c : filter) {
-      text += c == ',' ? std::string(",,") : std::string(1, c);
-    }
-  }
-  return text.empty() ? std::string("(none)") : text;
-}
-
 }  // namespace
 
 std::string formatSeconds(double seconds) {
@@ -106,9 +69,6 @@ std::string launchBanner(const LaunchPlan& plan) {
   row("log_dir", config.logDir.empty() ? "(a new directory under $TMPDIR)" : config.logDir);
   row("redirects", streamsText(config.redirects));
   row("tee", streamsText(config.tee));
-  row("log_line_prefix", "'" + prefixText(config) + "'");
-  row("duplicate_stdout_filters", filtersText(config.duplicateStdoutFilters));
-  row("duplicate_stderr_filters", filtersText(config.duplicateStderrFilters));
   row("signals_to_handle", config.signalsToHandleText);
   std::string forwarded;
   for (const int sig : config.signalsToForward) {
@@ -135,8 +95,10 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
   const int nodeRank = multi && multi->nodeRank >= 0 ? multi->nodeRank : 0;
   const bool assignedLater = multi && (plan.rdzvBackend == "c10d" || multi->nodeRank < 0);
   const std::string logBase =
-      (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
-      config.runId + "/attempt_0";
+      config.discardsLogs()
+          ? std::string("(none: --log_dir=/dev/null)")
+          : (config.logDir.empty() ? std::string("$TMPDIR/dtrun-XXXXXX") : config.logDir) + "/" +
+                config.runId + "/attempt_0";
   std::ostringstream out;
   out << "dtrun --dry-run: nothing is started.\n" << launchBanner(plan) << "\n";
   if (multi) {
@@ -152,7 +114,8 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
   const int offset = nodeRank * config.nprocPerNode;
   for (int local = 0; local < config.nprocPerNode; ++local) {
     out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
-        << std::setw(11) << nodeRank << logBase << "/" << local << "\n";
+        << std::setw(11) << nodeRank << logBase
+        << (config.discardsLogs() ? "" : "/" + std::to_string(local)) << "\n";
   }
   std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
   for (int local = 0; local < config.nprocPerNode; ++local) {

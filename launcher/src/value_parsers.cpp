@@ -1,7 +1,6 @@
 #include "value_parsers.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <csignal>
@@ -74,7 +73,9 @@ Result<int> parseNproc(const Setting& setting, const HostFacts& host) {
   }
   const auto value = parseInt(text);
   if (!value || *value < 1 || *value > std::numeric_limits<int>::max()) {
-    return expected(setting, "a positive integer, gpu, cpu or auto");
+    return expected(setting,
+                    "a positive integer, gpu, cpu or auto (dtrun counts NVIDIA GPUs only: for xpu "
+                    "or another accelerator, give the number)");
   }
   return static_cast<int>(*value);
 }
@@ -287,100 +288,4 @@ int countVisibleGpus(int deviceNodes, const std::optional<std::string>& cudaVisi
   }
   return visible;
 }
-
-namespace {
-
-bool isIdentifierStart(char c) {
-  return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
-}
-bool isIdentifierChar(char c) {
-  return isIdentifierStart(c) || std::isdigit(static_cast<unsigned char>(c)) != 0;
-}
-
-}  // namespace
-
-Result<std::vector<agent::PrefixPart>> parseLinePrefixTemplate(const Setting& setting,
-                                                               const std::string& roleName,
-                                                               const std::string& hostName) {
-  using Kind = agent::PrefixPart::Kind;
-  constexpr std::string_view kValid =
-      "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')";
-  std::vector<agent::PrefixPart> parts;
-  const auto addText = [&parts](std::string_view text) {
-    if (parts.empty() || parts.back().kind != Kind::kText) {
-      parts.push_back(agent::PrefixPart{Kind::kText, {}});
-    }
-    parts.back().text += text;
-  };
-  const std::string_view text = setting.text;
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t dollar = text.find('$', i);
-    addText(text.substr(i, dollar == std::string_view::npos ? dollar : dollar - i));
-    if (dollar == std::string_view::npos) {
-      break;
-    }
-    const std::size_t next = dollar + 1;
-    std::string_view name;
-    std::string_view written;  // the variable as the template spells it, for the message
-    if (next < text.size() && text[next] == '$') {
-      addText("$");
-      i = next + 1;
-      continue;
-    }
-    if (next < text.size() && text[next] == '{') {
-      const std::size_t close = text.find('}', next);
-      if (close == std::string_view::npos) {
-        return Status::invalidArgument(setting.source + ": unclosed '${' in '" + setting.text +
-                                       "'; write ${name}, one of " + std::string(kValid));
-      }
-      name = text.substr(next + 1, close - next - 1);
-      written = text.substr(dollar, close + 1 - dollar);
-      i = close + 1;
-    } else if (next < text.size() && isIdentifierStart(text[next])) {
-      std::size_t end = next;
-      while (end < text.size() && isIdentifierChar(text[end])) {
-        ++end;
-      }
-      name = text.substr(next, end - next);
-      written = text.substr(dollar, end - dollar);
-      i = end;
-    } else {
-      addText("$");  // string.Template leaves a '$' before anything else alone
-      i = next;
-      continue;
-    }
-    if (name == "role_name") {
-      addText(roleName);
-    } else if (name == "hostname") {
-      addText(hostName);
-    } else if (name == "rank") {
-      parts.push_back(agent::PrefixPart{Kind::kRank, {}});
-    } else if (name == "local_rank") {
-      parts.push_back(agent::PrefixPart{Kind::kLocalRank, {}});
-    } else if (name == "pid") {
-      parts.push_back(agent::PrefixPart{Kind::kPid, {}});
-    } else {
-      return Status::invalidArgument(setting.source + ": unknown variable " + std::string(written) +
-                                     " in '" + setting.text + "'; valid: " + std::string(kValid));
-    }
-  }
-  return parts;
-}
-
-std::vector<std::string> parseDuplicateFilters(std::string_view text) {
-  std::vector<std::string> filters(1);
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != ',') {
-      filters.back() += text[i];
-    } else if (i + 1 < text.size() && text[i + 1] == ',') {
-      filters.back() += ',';
-      ++i;
-    } else {
-      filters.emplace_back();
-    }
-  }
-  std::erase_if(filters, [](const std::string& f) { return f.empty(); });
-  return filters;
-}
-
 }  // namespace dtrun::launcher

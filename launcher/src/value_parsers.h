@@ -49,19 +49,6 @@ Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std:
 // (any number of digits in the local rank, so ranks >= 10 can be addressed). nullopt if malformed.
 std::optional<agent::StreamSelection> parseStreamSelection(std::string_view text);
 
-// --log_line_prefix_template (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) in Python's
-// string.Template syntax, as torchrun substitutes it: $name or ${name}, $$ for a '$', a '$'
-// before anything else kept. Variables: torchrun's role_name, rank (global) and local_rank, and
-// hostname and pid (the worker's); role_name and hostname become text here. An unknown variable
-// or an unclosed "${" is an error naming it and the valid ones (torchrun keeps it as text).
-Result<std::vector<agent::PrefixPart>> parseLinePrefixTemplate(const Setting& setting,
-                                                               const std::string& roleName,
-                                                               const std::string& hostName);
-
-// --duplicate_std{out,err}_filters: substrings joined by commas, ",," standing for a comma (as
-// torchrun splits them). Empty substrings are dropped: they would match every line.
-std::vector<std::string> parseDuplicateFilters(std::string_view text);
-
 // Signal names ("SIGTERM,SIGUSR1") to numbers; nullopt if any name is unknown or unhandleable.
 std::optional<std::vector<int>> parseSignalNames(std::string_view text);
 

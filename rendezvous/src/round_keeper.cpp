@@ -117,14 +117,15 @@ class Keeper {
   }
 
   // Worker groups of every round bootstrap under "/worker/attempt_<n>"; a membership change
-  // keeps the attempt number, so the old round's keys must go before new workers look.
+  // keeps the attempt number, so the old round's keys must go before new workers look. torch's
+  // TCPStore client puts its own "/" in front of every key: its keys arrive as "//worker/...".
   void clearWorkerKeys() {
     auto keys = store_->listKeys();
     if (!keys.isOk()) {
       return;
     }
     for (const auto& key : keys.value()) {
-      if (key.rfind("/worker/", 0) == 0) {
+      if (key.starts_with("/worker/") || key.starts_with("//worker/")) {
         static_cast<void>(store_->deleteKey(key));
       }
     }

@@ -120,6 +120,7 @@ TEST_CASE("every rank gets torchrun's environment", "[integration][agent]") {
     CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
     CHECK(env["TORCHELASTIC_ERROR_FILE"] == (rankDir / "error.json").string());
     CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");  // what torch <= 2.1 reads
     CHECK(env["OMP_NUM_THREADS"] == "1");
     CHECK(env["DTRUN_STORE_PREFIX"] == "/worker/attempt_0");
     CHECK(env["DTRUN_STORE_ADDR"] == "127.0.0.1:" + env["MASTER_PORT"]);
@@ -130,6 +131,26 @@ TEST_CASE("every rank gets torchrun's environment", "[integration][agent]") {
     }
     CHECK(env["MASTER_PORT"] == port);
   }
+}
+
+TEST_CASE("the Python hook follows the user's PYTHONPATH and keeps the user's torch settings",
+          "[integration][agent]") {
+  TempDir dir;
+  const dtrun::testing::ScopedEnv userPath("PYTHONPATH", std::string("/mine:/theirs"));
+  const dtrun::testing::ScopedEnv userDump("TORCH_NCCL_DUMP_ON_TIMEOUT", std::string("0"));
+  const dtrun::testing::ScopedEnv userAsync("NCCL_ASYNC_ERROR_HANDLING", std::string("3"));
+  auto config = shellJob(dir, 1, "env > \"$DTRUN_LOG_DIR/env\"");
+  config.pythonHookDir = "/opt/dtrun/share/dtrun/python";
+  REQUIRE(runAgent(dir, config).code == 0);
+  const fs::path rankDir = dir.path() / "logs" / "test" / "attempt_0" / "0";
+  auto env = readEnv(rankDir / "env");
+  CHECK(env["PYTHONPATH"] == "/mine:/theirs:/opt/dtrun/share/dtrun/python");
+  CHECK(env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0");
+  CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3");  // the user's old-name value, for both
+  CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "3");
+  CHECK(env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000");
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == (rankDir / "nccl_trace_rank_").string());
+  CHECK(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == (rankDir / "nccl_trace_rank_").string());
 }
 
 TEST_CASE("${local_rank} in arguments is replaced per worker", "[integration][agent]") {

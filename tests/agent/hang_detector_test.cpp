@@ -91,6 +91,29 @@ TEST_CASE("a rank outside any operation while the others wait is the suspect", "
         "ranks 0,2 wait in barrier #4 (group world)");
 }
 
+TEST_CASE("a reporting rank with no operation while the others wait is the suspect",
+          "[unit][agent]") {
+  RankProgress silent = rank(1, 0, "", "", -1, 0);
+  std::vector<RankProgress> ranks = {rank(0, 1, "init_process_group", "world", 20, 20), silent,
+                                     rank(2, 1, "init_process_group", "world", 21, 21)};
+  // Without a writer (pid 0) rank 1 cannot be told from a slow starter: not judged.
+  auto d = diagnoseHang(ranks, 40 * kSecond, 10s);
+  REQUIRE(d);
+  CHECK(d->summary.starts_with("rank 0 on node3 is in init_process_group #1"));
+  ranks[1].snapshot.pid = 1001;  // the Python hook (or libdtrt) attached: it reports
+  d = diagnoseHang(ranks, 40 * kSecond, 10s);
+  REQUIRE(d);
+  CHECK(d->reason == "no_progress");
+  CHECK(d->summary ==
+        "rank 1 on node3 has not entered any collective; ranks 0,2 wait in init_process_group "
+        "#1 (group world)");
+  REQUIRE(d->ranks.size() == 3);
+  CHECK(d->ranks[1].rank == 1);
+  CHECK(d->ranks[1].suspect);
+  // While the others still make progress, a rank that has not started is no hang.
+  CHECK_FALSE(diagnoseHang(ranks, 25 * kSecond, 10s));
+}
+
 TEST_CASE("one rank lagging while the others progress is a hang", "[unit][agent]") {
   const std::vector<RankProgress> ranks = {rank(0, 900, "send", "world", 99, 99),
                                            rank(1, 12, "recv", "world", 40, 40),
@@ -141,13 +164,17 @@ TEST_CASE("the report and the summary come from one record", "[unit][agent]") {
 
 TEST_CASE("progress crosses nodes as ages, not clock readings", "[unit][agent]") {
   namespace detail = dtrun::agent::detail;
-  const std::vector<RankProgress> ranks = {rank(2, 7, "all_reduce", "sub0", 40, 40),
-                                           rank(3, 8, "barrier", "world", -1, 45)};
+  std::vector<RankProgress> ranks = {rank(2, 7, "all_reduce", "sub0", 40, 40),
+                                     rank(3, 8, "barrier", "world", -1, 45),
+                                     rank(4, 0, "", "", -1, 0)};
+  ranks[2].snapshot.pid = 1004;  // reports, but has not entered an operation yet
   const std::string text = detail::encodeProgress(ranks, 50 * kSecond);
   // Read on a host whose monotonic clock says 1000 s: the same ages.
   const auto decoded = detail::decodeProgress(text, 1000 * kSecond);
-  REQUIRE(decoded.size() == 2);
+  REQUIRE(decoded.size() == 3);
   CHECK(decoded[0].rank == 2);
+  CHECK(decoded[0].snapshot.pid == 1002);  // counts as reporting: it has operations
+  CHECK(decoded[2].snapshot.pid == 1004);
   CHECK(decoded[0].host == "node3");
   CHECK(decoded[0].snapshot.op == "all_reduce");
   CHECK(decoded[0].snapshot.opStartNs == 990 * kSecond);

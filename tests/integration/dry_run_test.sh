@@ -15,6 +15,11 @@ clear_scheduler_env
 # expect_line <file> <fixed text>: the file has a line containing it.
 expect_line() { grep -qF -- "$2" "$1" || { sed 's/^/    /' "$1" >&2; die "no line with '$2' in $1"; }; }
 
+# The program exists (a dry run refuses one that cannot run, as a launch does) and leaves a mark
+# if anything runs it.
+printf '#!/bin/sh\ntouch "%s/ran"\n' "$work" >"$work/never-run"
+chmod +x "$work/never-run"
+
 # Node 1 of a static two-node job, two workers per node: ranks 2 and 3 of 4.
 rc=0
 timeout 20 "$DTRUN" --dry-run --nnodes=2 --node_rank=1 --master_addr=h0.example --master_port=29512 \
@@ -81,4 +86,5 @@ for args in "--hang_timeout=abc" "--hang_timeout=-1" "--report="; do
   [[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] || die "dtrun $args: exit $rc, $(wc -l <"$work/err") lines"
   grep -qF -- "${args%%=*}" "$work/err" || die "dtrun $args: the error does not name ${args%%=*}"
 done
+[[ ! -e $work/ran ]] || die "a dry run ran the program"
 echo "dry_run_test: passed"

@@ -13,7 +13,7 @@ unset TORCH_ELASTIC_SHUTDOWN_TIMEOUT PYTHON_EXEC
 failures=0
 cases=0
 # expect_usage_error <text the line must contain> <dtrun args...>: exit 2, one stderr line that
-# starts with "dtrun: " and contains the text, empty stdout.
+# starts with "dtrun: " and contains the text, empty stdout. WANT_RC=127: a program that cannot run.
 expect_usage_error() {
   local want=$1 rc=0
   shift
@@ -22,7 +22,7 @@ expect_usage_error() {
   local lines
   lines=$(wc -l <"$work/err")
   local problem=""
-  [[ $rc -eq 2 ]] || problem+=" exit $rc (want 2);"
+  [[ $rc -eq ${WANT_RC:-2} ]] || problem+=" exit $rc (want ${WANT_RC:-2});"
   [[ $lines -eq 1 ]] || problem+=" $lines stderr lines (want 1);"
   [[ ! -s $work/out ]] || problem+=" stdout not empty;"
   grep -q "^dtrun: " "$work/err" || problem+=" stderr does not start with 'dtrun: ';"
@@ -137,6 +137,22 @@ forget "$store_pid"
 if [[ $rc -ne 0 ]]; then
   failures=$((failures + 1))
   echo "launcher_cli_test: FAIL: dtrun store exited $rc on SIGTERM" >&2
+fi
+
+# Entrypoints that cannot run: one line naming the file and the fix, exit 127 (as a shell's "cannot
+# run"), before the banner, before any port is bound or directory made (the log directory stays
+# absent).
+mkdir -p "$work/entry/a_dir"
+printf 'echo hi\n' >"$work/entry/no_run_bit.sh"
+for entry in "$work/entry/does-not-exist" "$work/entry/a_dir" "$work/entry/no_run_bit.sh"; do
+  WANT_RC=127 expect_usage_error "cannot run $entry" --log_dir="$work/entry/logs" --no_python "$entry"
+done
+WANT_RC=127 expect_usage_error "chmod +x $work/entry/no_run_bit.sh" --no_python "$work/entry/no_run_bit.sh"
+WANT_RC=127 expect_usage_error "is a directory" --no_python "$work/entry/a_dir"
+cases=$((cases + 1))
+if [[ -e $work/entry/logs ]]; then
+  failures=$((failures + 1))
+  echo "launcher_cli_test: FAIL: a refused entrypoint made the log directory" >&2
 fi
 
 [[ $failures -eq 0 ]] || die "$failures of $cases cases failed"

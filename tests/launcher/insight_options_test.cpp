@@ -14,8 +14,10 @@ namespace {
 namespace launcher = dtrun::launcher;
 using namespace std::chrono_literals;
 
-dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args) {
+dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
+                                         const std::string& hookDir = "") {
   launcher::HostFacts host;
+  host.pythonHookDir = hookDir;
   host.makeRunId = [] { return std::string("generated-id"); };
   CLI::App app{"dtrun"};
   launcher::RawOptions raw;
@@ -59,6 +61,25 @@ TEST_CASE("insight options take both spellings", "[unit][launcher]") {
   CHECK(p.config.verbose);
 }
 
+TEST_CASE("the Python hook comes with --hang_timeout unless switched", "[unit][launcher]") {
+  const std::string dir = "/usr/share/dtrun/python";
+  CHECK(planOk({"x.py"}).config.pythonHookDir.empty());
+  auto withHang = plan({"--hang_timeout=5", "x.py"}, dir);
+  REQUIRE(withHang.isOk());
+  CHECK(withHang.value().config.pythonHookDir == dir);
+  CHECK(plan({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir ==
+        "");
+  CHECK(plan({"--python-hook=on", "x.py"}, dir).value().config.pythonHookDir == dir);
+  // Not installed: a notice with auto (the job still runs), an error when asked for.
+  const auto notInstalled = planOk({"--hang_timeout=5", "x.py"});
+  CHECK(notInstalled.config.pythonHookDir.empty());
+  REQUIRE(notInstalled.notices.size() == 1);
+  CHECK(notInstalled.notices[0].find("not judged") != std::string::npos);
+  const auto asked = plan({"--python_hook=on", "x.py"});
+  REQUIRE_FALSE(asked.isOk());
+  CHECK(asked.status().message().ends_with("reinstall dtrun, or pass --python_hook=off"));
+}
+
 TEST_CASE("bad insight values are one line naming the flag", "[unit][launcher]") {
   struct Case {
     std::vector<std::string> args;
@@ -70,6 +91,7 @@ TEST_CASE("bad insight values are one line naming the flag", "[unit][launcher]")
       {{"--hang-timeout=-1", "x.py"},
        "--hang_timeout: expected a non-negative number of seconds (0 = off), got '-1'"},
       {{"--report=", "x.py"}, "--report: expected a file path for the JSON report, got ''"},
+      {{"--python_hook=yes", "x.py"}, "--python_hook: expected auto, on or off, got 'yes'"},
   }));
   auto result = plan(args);
   REQUIRE_FALSE(result.isOk());
@@ -89,4 +111,34 @@ TEST_CASE("the dry run shows this node's ranks and their environment", "[unit][l
   CHECK_THAT(text, Catch::Contains("    MASTER_PORT=29501\n"));
   CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_FILE=/l/j/attempt_0/1/progress\n"));
   CHECK_THAT(text, !Catch::Contains("HOME=/root"));  // inherited unchanged: not repeated
+}
+
+TEST_CASE(
+    "the console options: prefix template, from the flag or torchrun's variable, and "
+    "duplicate filters",
+    "[unit][launcher]") {
+  auto p = planOk(
+      {"--log-line-prefix-template=${rank}|${local_rank}: ", "--duplicate-stdout-filters=loss,,acc",
+       "--duplicate_stderr_filters=WARN", "x.py"});
+  CHECK(p.config.logLinePrefixTemplate == "${rank}|${local_rank}: ");
+  CHECK(p.config.duplicateStdoutFilters == std::vector<std::string>{"loss", "acc"});
+  CHECK(p.config.duplicateStderrFilters == std::vector<std::string>{"WARN"});
+  {
+    launcher::HostFacts host;
+    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${role_name}-${rank}>";
+    CLI::App app{"dtrun"};
+    launcher::RawOptions raw;
+    launcher::addLaunchOptions(app, raw);
+    const dtrun::testing::Argv argv("dtrun", {"x.py"});
+    app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
+    raw.program = app.remaining();
+    const auto fromVariable = launcher::validate(raw, host);
+    REQUIRE(fromVariable.isOk());
+    CHECK(fromVariable.value().config.logLinePrefixTemplate == "${role_name}-${rank}>");
+  }
+  CHECK(dtrun::agent::expandLinePrefix("[${role_name}${local_rank}|${x}]:",
+                                       {{"role_name", "trainer"}, {"local_rank", "3"}}) ==
+        "[trainer3|${x}]:");
+  CHECK(dtrun::agent::unknownLinePrefixVariable("${rank}${pid}${hostname}").empty());
+  CHECK(dtrun::agent::unknownLinePrefixVariable("a ${rank} ${nodes} ${x}") == "${nodes}");
 }

@@ -427,8 +427,12 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
     CHECK(p.warnings.empty());
   }
   SECTION("c10d with a port, and --local_addr as MASTER_ADDR") {
+    auto host = testHost();  // the endpoint is this host: one node serves its own store
+    host.isThisHost = [](const std::string& h) { return h == "127.0.0.1"; };
     const auto p = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0",
-                           "--local_addr=10.2.2.2", "--rdzv_id=abc", "x.py"});
+                           "--local_addr=10.2.2.2", "--rdzv_id=abc", "x.py"},
+                          host);
+    CHECK_FALSE(p.config.multiNode.has_value());
     CHECK(p.config.storePort == 0);
     CHECK(p.config.masterAddr == "10.2.2.2");
     CHECK(p.config.runId == "abc");
@@ -547,11 +551,14 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--bogus", "x.py"}, "unrecognized option '--bogus' (see dtrun --help)"},
       {{"--bogus=3", "x.py"}, "unrecognized option '--bogus' (see dtrun --help)"},
       {{"--nproc_per_node=abc", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got 'abc'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got 'abc'"},
       {{"--nproc-per-node=0", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got '0'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got '0'"},
       {{"--nproc_per_node=xpu", "x.py"},
-       "--nproc_per_node: expected a positive integer, gpu, cpu or auto, got 'xpu'"},
+       "--nproc_per_node: expected a positive integer, gpu, cpu or auto (dtrun counts NVIDIA "
+       "GPUs only: for xpu or another accelerator, give the number), got 'xpu'"},
       {{"--nnodes=0", "x.py"}, "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '0'"},
       {{"--nnodes=3:2", "x.py"}, "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX, got '3:2'"},
       {{"--nnodes=1:2:3", "x.py"},
@@ -570,7 +577,8 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--node_rank=-1", "x.py"}, "--node_rank: expected a non-negative integer, got '-1'"},
       {{"--node_rank=1", "x.py"}, "--node_rank: must be below --nnodes (1), got '1'"},
       {{"--rdzv_backend=etcd", "x.py"},
-       "--rdzv_backend: expected static or c10d (the backends dtrun supports), got 'etcd'"},
+       "--rdzv_backend: expected static or c10d (etcd and etcd-v2 need an etcd server: c10d "
+       "with --rdzv_endpoint does the same on dtrun's own store), got 'etcd'"},
       {{"--rdzv_endpoint=::1", "x.py"},
        "--rdzv_endpoint: expected host[:port] or [ipv6]:port with a port from 0 to 65535, got "
        "'::1'"},
@@ -621,20 +629,15 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "LOCAL_RANK)"},
       {{"--event_log_handler=console", "x.py"},
        "--event_log_handler: only 'null' is supported (torchelastic event handlers are Python "
-       "plugins), got 'console'"},
+       "plugins; --report writes the job's events as JSON), got 'console'"},
       {{"--logs_specs=mine", "x.py"},
-       "--logs_specs: custom LogsSpecs are Python plugins and not supported, got 'mine'"},
+       "--logs_specs: custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, "
+       "--redirects, --tee and --local_ranks_filter), got 'mine'"},
       {{"--numa_binding=node", "x.py"},
        "--numa_binding: NUMA binding is not supported yet, got 'node'"},
-      {{"--log_line_prefix_template=[${rank}:${node}]", "x.py"},
-       "--log_line_prefix_template: unknown variable ${node} in '[${rank}:${node}]'; valid: "
-       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
-      {{"--log-line-prefix-template", "$group_rank:", "x.py"},
-       "--log_line_prefix_template: unknown variable $group_rank in '$group_rank:'; valid: "
-       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
-      {{"--log_line_prefix_template=${rank", "x.py"},
-       "--log_line_prefix_template: unclosed '${' in '${rank'; write ${name}, one of "
-       "${role_name}, ${rank}, ${local_rank}, ${hostname}, ${pid} ($$ for a '$')"},
+      {{"--log-line-prefix-template=[${node}]", "x.py"},
+       "--log_line_prefix_template: unknown variable ${node} in '[${node}]'; use ${role_name}, "
+       "${rank}, ${local_rank}, ${hostname} or ${pid}"},
       {{"--log-level=loud", "x.py"},
        "--log-level: expected trace, debug, info, warn, error, critical or off, got 'loud'"},
   }));
@@ -704,68 +707,4 @@ TEST_CASE("the store token: --rdzv_conf first, then the environment, files lose 
   CHECK(errorOf({"prog"}, host) ==
         "DTRUN_STORE_TOKEN: the store token must be 1 to 4096 characters without spaces or line "
         "breaks");
-}
-
-TEST_CASE("--log_line_prefix_template: torchrun's variables, then dtrun's", "[unit][launcher]") {
-  using Kind = dtrun::agent::PrefixPart::Kind;
-  auto host = testHost();
-  host.hostName = "node7";
-  // The parts as text, the per-worker values as <rank>, <local_rank>, <pid>.
-  const auto parts = [&host](const std::vector<std::string>& args) {
-    std::string text;
-    for (const auto& part : planOk(args, host).config.linePrefix) {
-      switch (part.kind) {
-        case Kind::kText:
-          text += part.text;
-          break;
-        case Kind::kRank:
-          text += "<rank>";
-          break;
-        case Kind::kLocalRank:
-          text += "<local_rank>";
-          break;
-        case Kind::kPid:
-          text += "<pid>";
-          break;
-      }
-    }
-    return text;
-  };
-  CHECK(planOk({"x.py"}, host).config.linePrefix.empty());  // the agent's [<role><local_rank>]:
-  CHECK(parts({"--role=trainer", "--log_line_prefix_template=[${role_name}/${rank}/${local_rank}]",
-               "x.py"}) == "[trainer/<rank>/<local_rank>]");
-  CHECK(parts({"--log-line-prefix-template", "${hostname}:$rank:$pid| ", "x.py"}) ==
-        "node7:<rank>:<pid>| ");
-  // string.Template: $$ is a '$', a '$' before anything else stays.
-  CHECK(parts({"--log_line_prefix_template=$$${rank} $ $1:", "x.py"}) == "$<rank> $ $1:");
-
-  SECTION("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE below the flag and PET_") {
-    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${rank}>";
-    CHECK(parts({"x.py"}) == "<rank>>");
-    host.env["PET_LOG_LINE_PREFIX_TEMPLATE"] = "${local_rank}>";
-    CHECK(parts({"x.py"}) == "<local_rank>>");
-    CHECK(parts({"--log_line_prefix_template=r${rank}:", "x.py"}) == "r<rank>:");
-    host.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${oops}";
-    host.env.erase("PET_LOG_LINE_PREFIX_TEMPLATE");
-    CHECK(errorOf({"x.py"}, host)
-              .starts_with(
-                  "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: unknown variable ${oops} in '${oops}'"));
-  }
-}
-
-TEST_CASE("--duplicate_*_filters: comma lists, ,, for a comma", "[unit][launcher]") {
-  using Filters = std::vector<std::string>;
-  CHECK(planOk({"x.py"}).config.duplicateStdoutFilters.empty());
-  const auto p = planOk({"--tee=3", "--duplicate_stdout_filters=loss,acc,,uracy,,",
-                         "--duplicate-stderr-filters", "Error,", "x.py"});
-  CHECK(p.config.duplicateStdoutFilters == Filters{"loss", "acc,uracy,"});
-  CHECK(p.config.duplicateStderrFilters == Filters{"Error"});
-  CHECK(p.warnings.empty());
-  const std::string banner = launcher::launchBanner(p);
-  CHECK(banner.find("duplicate_stdout_filters : loss,acc,,uracy,,") != std::string::npos);
-  CHECK(banner.find("duplicate_stderr_filters : Error") != std::string::npos);
-  // Without tee nothing is copied: said once, not an error.
-  const auto noTee = planOk({"--duplicate_stdout_filters=loss", "x.py"});
-  REQUIRE(noTee.warnings.size() == 1);
-  CHECK(noTee.warnings[0].find("tee'd lines only") != std::string::npos);
 }

@@ -3,12 +3,14 @@
 // run() owns the calling thread until the job ends; call it from main() after blocking signals.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,15 +31,6 @@ struct StreamSelection {
     const auto it = perRank.find(localRank);
     return it == perRank.end() ? Streams::kNone : it->second;
   }
-};
-
-// One part of a worker's console line prefix (--log_line_prefix_template, parsed by the
-// launcher): literal text (the role and host names are known there and arrive as text), or a
-// value known only per worker.
-struct PrefixPart {
-  enum class Kind : std::uint8_t { kText, kRank, kLocalRank, kPid };
-  Kind kind = Kind::kText;
-  std::string text;  // kText only
 };
 
 // A job over several nodes (--nnodes with a maximum above 1): the agents rendezvous in rounds
@@ -62,6 +55,9 @@ struct MultiNodeConfig {
 // A program that cannot be run at all (not found, not executable): the shell's code, decided by
 // the launcher before anything starts, or by the agent when exec fails anyway.
 constexpr int kExitCannotRun = 127;
+
+// --log_dir's value that writes no log files (torchrun compares it with os.devnull exactly).
+inline constexpr std::string_view kDiscardLogs = "/dev/null";
 
 struct AgentConfig {
   // What every worker runs. command[0] is the program as the user named it (a path, or a name
@@ -92,16 +88,21 @@ struct AgentConfig {
   // it, and workers get it as DTRUN_STORE_TOKEN (libdtrt presents it too).
   std::string storeToken;
 
-  std::string logDir;  // "" = a fresh directory under $TMPDIR, whose path is printed once
+  // "" = a fresh directory under $TMPDIR, whose path is printed once; kDiscardLogs = none at all.
+  std::string logDir;
+  // torchrun's --log_dir=/dev/null: no directory and no file is made; workers get an empty
+  // TORCHELASTIC_ERROR_FILE and their streams stay on the console (there is no file to
+  // redirect to).
+  [[nodiscard]] bool discardsLogs() const { return logDir == kDiscardLogs; }
   StreamSelection redirects;
   StreamSelection tee;  // implies redirect; the console gets lines prefixed "[<role><rank>]:"
   std::optional<std::set<int>> localRanksFilter;  // local ranks whose output reaches the console
-  // The tee'd console lines' prefix (--log_line_prefix_template); empty: torchrun's
-  // "[<role><local_rank>]:".
-  std::vector<PrefixPart> linePrefix;
-  // --duplicate_std{out,err}_filters: tee'd lines shown on the console that contain any of these
-  // substrings are also written, prefixed, to <attempt dir>/filtered_std{out,err}.log (one file
-  // for the node's ranks). Empty: no such file.
+  // --log-line-prefix-template: the tee'd console lines' prefix, with ${role_name}, ${rank},
+  // ${local_rank} (torchrun's) and ${hostname}, ${pid} replaced ("" =
+  // "[${role_name}${local_rank}]:").
+  std::string logLinePrefixTemplate;
+  // --duplicate-stdout/stderr-filters: tee'd lines containing any of these are also copied to
+  // <attempt dir>/filtered_stdout.log / filtered_stderr.log.
   std::vector<std::string> duplicateStdoutFilters;
   std::vector<std::string> duplicateStderrFilters;
 
@@ -109,15 +110,33 @@ struct AgentConfig {
 
   // --report: the job's run report (JSON, docs/report.schema.json) is written here at exit.
   std::string reportFile;
+  // dtrun's own TORCHELASTIC_ERROR_FILE ("" = unset), for the scheduler or launcher above it:
+  // when the job fails, the root cause goes there as torchrun's @record writes it (the worker's
+  // error file copied with errorCode added, else a message naming rank, host and exit).
+  std::string errorFile;
   // --hang_timeout (0 = off): when no rank makes progress for this long, or one rank lags the
   // others by as much, every worker's stack is dumped and the round fails.
   std::chrono::milliseconds hangTimeout{0};
   bool verbose = false;  // --verbose: each attempt's startup timeline on the console
+  // The directory of dtrun's sitecustomize.py ("" = off): appended to the workers' PYTHONPATH
+  // so that unmodified PyTorch scripts report progress (python/dtrun_torch_hook.py), with
+  // torch's NCCL flight recorder set to dump into each rank's directory.
+  std::string pythonHookDir;
 
   // Set in every worker's environment unless the agent's environment already has them
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
   std::vector<std::pair<std::string, std::string>> defaultEnv;
 };
+
+// --log-line-prefix-template: the variables it may name, and its default (torchrun's prefix).
+inline constexpr std::array<std::string_view, 5> kLinePrefixVariables = {
+    "role_name", "rank", "local_rank", "hostname", "pid"};
+inline constexpr std::string_view kDefaultLinePrefixTemplate = "[${role_name}${local_rank}]:";
+// The first "${name}" of `pattern` whose name is not in kLinePrefixVariables; "" when none.
+std::string unknownLinePrefixVariable(std::string_view pattern);
+// `pattern` with each "${name}" replaced by its value in `values`; unknown names stay as written.
+std::string expandLinePrefix(std::string_view pattern,
+                             const std::vector<std::pair<std::string, std::string>>& values);
 
 // Runs the job on this node and returns dtrun's exit code: 0 when every worker succeeded; the
 // root cause's exit code (128 + signal for a signal) once restarts ran out; 128 + signal when a

@@ -1,0 +1,55 @@
+"""An unmodified torch.distributed script (nothing of dtrun's imported) that hangs one way,
+chosen by CASE, for tests/integration/torch_hang_test.sh:
+  late_init      rank 1 sleeps in sleep_before_init() before init_process_group
+  skip_barrier   rank 1 skips the barrier of step 2 and goes on to the next all_reduce
+  recv_deadlock  rank 1 waits in recv from rank 0, which never sends
+  patched        the script wraps dist.all_reduce itself (as profilers do), then finishes
+  no_dist        never imports torch: prints the sitecustomize that ran, and finishes
+"""
+import os
+import sys
+import time
+
+case = os.environ.get("CASE", "late_init")
+rank = int(os.environ["RANK"])
+if case == "no_dist":
+    site = sys.modules.get("sitecustomize")
+    print(f"rank {rank}: sitecustomize {getattr(site, '__file__', None)}", flush=True)
+    sys.exit(0)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def sleep_before_init():
+    time.sleep(3600)
+
+
+if case == "late_init" and rank == 1:
+    sleep_before_init()
+if case == "patched":
+    original = dist.all_reduce
+    calls = []
+
+    def counted_all_reduce(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = counted_all_reduce
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for step in range(5):
+    dist.all_reduce(t)
+    if case == "skip_barrier" and step == 2:
+        if rank != 1:
+            dist.barrier()
+if case == "recv_deadlock":
+    if rank == 1:
+        dist.recv(t, src=0)
+    else:
+        dist.all_reduce(t)
+dist.all_reduce(t)
+if case == "patched":
+    assert len(calls) == 6, calls
+    print(f"rank {rank}: patched all_reduce ran {len(calls)} times, sum {t[0].item():g}", flush=True)
+dist.destroy_process_group()
