@@ -69,11 +69,14 @@ void ConsoleLines::feed(std::string_view data, std::string& out) {
       }
       return;
     }
+    // "\r\n" is one line end: a '\r' alone would show the line, then an empty prefixed one.
+    const bool crlf = data[end] == '\r' && end + 1 < data.size() && data[end + 1] == '\n';
+    const std::size_t next = end + (crlf ? 2 : 1);
     out += prefix_;
     out += rest_;
-    out.append(data.substr(0, end + 1));
+    out.append(data.substr(0, next));
     rest_.clear();
-    data.remove_prefix(end + 1);
+    data.remove_prefix(next);
   }
 }
 

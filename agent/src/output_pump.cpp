@@ -91,12 +91,17 @@ void OutputPump::consume(const char* data, std::size_t n) {
   if (mode_ != ConsoleMode::kLines) {
     return;
   }
+  const bool wasPending = lines_.pending();
   std::string out;
   lines_.feed(std::string_view(data, n), out);
   writeConsole(out);
-  if (lines_.pending()) {
-    armQuietFlush();
+  if (!lines_.pending()) {
+    return;
   }
+  if (!wasPending || !out.empty()) {
+    heldSince_ = std::chrono::steady_clock::now();  // a new line is held
+  }
+  armQuietFlush();
 }
 
 // One write(2) for every whole line at hand: the agent's pumps share one thread, so lines of
@@ -124,19 +129,27 @@ void OutputPump::writeConsole(const std::string& lines) {
   }
 }
 
-// The first byte of an unfinished line starts the clock: whatever of it is still held when the
-// timer fires goes out as a line of its own.
+// The first byte of an unfinished line starts the clock: whatever of it is still held
+// kQuietFlush later goes out as a line of its own. One timer serves every line: when it fires
+// for a line that has ended since, it waits again for the line held now.
 void OutputPump::armQuietFlush() {
   if (quietArmed_) {
     return;
   }
   quietArmed_ = true;
-  quietTimer_.expires_after(kQuietFlush);
+  quietTimer_.expires_at(heldSince_ + kQuietFlush);
   quietTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
     if (!*alive || ec) {
       return;
     }
     quietArmed_ = false;
+    if (!lines_.pending()) {
+      return;
+    }
+    if (std::chrono::steady_clock::now() < heldSince_ + kQuietFlush) {
+      armQuietFlush();
+      return;
+    }
     flushPartialLine();
   });
 }

@@ -70,6 +70,10 @@ class OutputPump {
   std::shared_ptr<DuplicateSink> duplicates_;
   boost::asio::steady_timer quietTimer_;
   bool quietArmed_ = false;
+  // When the line held now began: the quiet spell counts from it, not from an earlier line's
+  // start (a line written in pieces a few ms apart must not be cut because the line before it
+  // armed the timer).
+  std::chrono::steady_clock::time_point heldSince_;
   std::array<char, 16384> buffer_{};
   // Outstanding reads and timers hold this; it is cleared when the pump is destroyed.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
