@@ -259,13 +259,7 @@ Status resolveOutput(const Resolver& options, agent::AgentConfig& config) {
   for (const auto& [dest, target] :
        {std::pair{"duplicate_stdout_filters", &config.duplicateStdoutFilters},
         std::pair{"duplicate_stderr_filters", &config.duplicateStderrFilters}}) {
-    target->clear();
-    const auto setting = options.get(dest, "");
-    for (const std::string_view piece : text::split(setting.text, ',')) {
-      if (!piece.empty()) {
-        target->emplace_back(piece);
-      }
-    }
+    *target = parseDuplicateFilters(options.get(dest, "").text);
   }
   return Status::ok();
 }

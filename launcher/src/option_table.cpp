@@ -72,8 +72,8 @@ constexpr std::array kOptions = {
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
                "One visible GPU per worker: not supported yet"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
-               "Comma list of strings: tee'd stdout lines containing one are also copied to "
-               "<attempt dir>/filtered_stdout.log"},
+               "Comma list of strings (,, for a comma): tee'd stdout lines containing one are "
+               "also copied to <attempt dir>/filtered_stdout.log"},
     OptionSpec{"duplicate_stderr_filters", "", Kind::kValue, true,
                "Comma list of strings: tee'd stderr lines containing one are also copied to "
                "<attempt dir>/filtered_stderr.log"},

@@ -288,4 +288,20 @@ int countVisibleGpus(int deviceNodes, const std::optional<std::string>& cudaVisi
   }
   return visible;
 }
+
+std::vector<std::string> parseDuplicateFilters(std::string_view text) {
+  std::vector<std::string> filters(1);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      filters.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      filters.back() += ',';
+      ++i;
+    } else {
+      filters.emplace_back();
+    }
+  }
+  std::erase_if(filters, [](const std::string& filter) { return filter.empty(); });
+  return filters;
+}
 }  // namespace dtrun::launcher

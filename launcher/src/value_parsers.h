@@ -49,6 +49,11 @@ Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std:
 // (any number of digits in the local rank, so ranks >= 10 can be addressed). nullopt if malformed.
 std::optional<agent::StreamSelection> parseStreamSelection(std::string_view text);
 
+// --duplicate_std{out,err}_filters: substrings joined by commas, ",," standing for a comma
+// (torchrun's comma_separated_list: "Use double comma to escape a comma"). Empty substrings are
+// dropped: they would match every line.
+std::vector<std::string> parseDuplicateFilters(std::string_view text);
+
 // Signal names ("SIGTERM,SIGUSR1") to numbers; nullopt if any name is unknown or unhandleable.
 std::optional<std::vector<int>> parseSignalNames(std::string_view text);
 

@@ -121,7 +121,10 @@ TEST_CASE(
       {"--log-line-prefix-template=${rank}|${local_rank}: ", "--duplicate-stdout-filters=loss,,acc",
        "--duplicate_stderr_filters=WARN", "x.py"});
   CHECK(p.config.logLinePrefixTemplate == "${rank}|${local_rank}: ");
-  CHECK(p.config.duplicateStdoutFilters == std::vector<std::string>{"loss", "acc"});
+  // torchrun: "Use double comma to escape a comma".
+  CHECK(p.config.duplicateStdoutFilters == std::vector<std::string>{"loss,acc"});
+  CHECK(planOk({"--duplicate-stdout-filters=a,b,,,,c,,,", "x.py"}).config.duplicateStdoutFilters ==
+        std::vector<std::string>{"a", "b,,c,"});
   CHECK(p.config.duplicateStderrFilters == std::vector<std::string>{"WARN"});
   {
     launcher::HostFacts host;
