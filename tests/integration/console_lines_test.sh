@@ -13,9 +13,10 @@ source "$(dirname "$0")/lib/preamble.sh" console_lines_test "$@"
 WORKER=$HERE/workers/long_lines.py
 export PYTHON_EXEC=$PYTHON
 
-# check_console <console file> <prefix regex> <label>: every "rank R line N" line is whole.
+# check_console <console file> <prefix regex> <label> [<lines expected>]: every "rank R line N"
+# line is whole (a "\r\n" end counts as "\n"), and as many as expected (default 8 x 200) came.
 check_console() {
-  $PYTHON - "$1" "$2" <<'PY' || note_fail "$3"
+  $PYTHON - "$1" "$2" "${4:-1600}" <<'PY' || note_fail "$3"
 import re, sys, zlib
 text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
 prefix = re.compile(sys.argv[2])
@@ -23,6 +24,7 @@ seen, bad = set(), []
 for line in text.split("\n"):
     if " line " not in line or "crc=" not in line:
         continue
+    line = line[:-1] if line.endswith("\r") else line
     m = prefix.match(line)
     body = line[m.end():] if m else line
     parts = re.fullmatch(r"(rank (\d+) line (\d+) x+) crc=([0-9a-f]{8})", body)
@@ -30,7 +32,7 @@ for line in text.split("\n"):
         bad.append(line[:120])
         continue
     seen.add((int(parts.group(2)), int(parts.group(3))))
-missing = 8 * 200 - len(seen)
+missing = int(sys.argv[3]) - len(seen)
 if bad or missing:
     print(f"{len(bad)} mixed or broken console lines (first: {bad[:1]}), {missing} lines missing",
           file=sys.stderr)
@@ -56,6 +58,26 @@ for mode in plain tee; do
   done
 done
 [[ $fail_count -ne 0 ]] || pass "8 ranks x 200 long lines: whole on the console, plain and with --tee"
+
+before=$fail_count
+# Lines still being written when the quiet timer fires for an earlier line: each line's rest
+# follows its first 100 bytes 3 ms later (well inside the 200 ms), so no line may be cut. And "\r\n" line ends:
+# one line each, not a line and an empty prefixed one.
+for mode in gap gap-tee crlf-tee; do
+  flags=()
+  [[ $mode == *-tee ]] && flags=(--tee=3)
+  envs=(GAP_MS=3)
+  [[ $mode == crlf-* ]] && envs=(CRLF=1)
+  rc=0
+  env "${envs[@]}" LINES=300 timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 "${flags[@]}" \
+    --log_dir="$work/logs" --rdzv_id="$mode" "$WORKER" >"$work/$mode.out" 2>"$work/$mode.err" || rc=$?
+  [[ $rc -eq 0 ]] || { tail -5 "$work/$mode.err" >&2; note_fail "$mode: dtrun exited $rc"; continue; }
+  check_console "$work/$mode.out" '\[default[01]\]:' "$mode: the console has cut, mixed or missing lines" 600
+  if grep -aq $'\r\\[default' "$work/$mode.out"; then
+    note_fail "$mode: a \\r\\n line end became a line and an empty prefixed one"
+  fi
+done
+[[ $fail_count -ne $before ]] || pass "lines written in pieces ms apart stay whole; \\r\\n ends one line"
 
 before=$fail_count
 # '\r' progress bars per rank, and a line far longer than the bound (64 KiB): split, not lost.
