@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "launch_options.h"
+#include "plan_support.h"
 #include "support/scoped.h"
 
 namespace {
@@ -14,25 +14,14 @@ namespace {
 namespace launcher = dtrun::launcher;
 using namespace std::chrono_literals;
 
+using dtrun::testing::planOk;
+
+// validate() on a machine whose dtrun has its Python hook in `hookDir` ("" = not installed).
 dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
                                          const std::string& hookDir = "") {
-  launcher::HostFacts host;
+  launcher::HostFacts host = dtrun::testing::testHost();
   host.pythonHookDir = hookDir;
-  host.makeRunId = [] { return std::string("generated-id"); };
-  CLI::App app{"dtrun"};
-  launcher::RawOptions raw;
-  launcher::addLaunchOptions(app, raw);
-  const dtrun::testing::Argv argv("dtrun", args);
-  app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
-  raw.program = app.remaining();
-  return launcher::validate(raw, host);
-}
-
-launcher::LaunchPlan planOk(const std::vector<std::string>& args) {
-  auto result = plan(args);
-  INFO(result.status().message());
-  REQUIRE(result.isOk());
-  return std::move(result).value();
+  return dtrun::testing::plan(args, host);
 }
 
 }  // namespace

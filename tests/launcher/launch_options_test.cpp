@@ -1,6 +1,4 @@
 // torchrun's command line through dtrun's pure pieces: argv -> CLI11 -> RawOptions -> validate().
-#include "launch_options.h"
-
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +13,7 @@
 
 #include "dtrun/agent.h"
 
+#include "plan_support.h"
 #include "support/scoped.h"
 
 namespace {
@@ -26,34 +25,9 @@ using namespace std::chrono_literals;
 // Sets (or, with nullopt, unsets) one environment variable and restores it on destruction.
 using dtrun::testing::ScopedEnv;
 
-// A machine with 8 CPUs, no GPU, an empty environment and a fixed random run id.
-launcher::HostFacts testHost() {
-  launcher::HostFacts host;
-  host.cpuCount = 8;
-  host.gpuCount = 0;
-  host.makeRunId = [] { return std::string("generated-id"); };
-  return host;
-}
-
-// Parses `args` (without the program name) as dtrun's top level does, then validates.
-dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
-                                         const launcher::HostFacts& host = testHost()) {
-  CLI::App app{"dtrun"};
-  launcher::RawOptions raw;
-  launcher::addLaunchOptions(app, raw);
-  const dtrun::testing::Argv argv("dtrun", args);
-  app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
-  raw.program = app.remaining();
-  return launcher::validate(raw, host);
-}
-
-launcher::LaunchPlan planOk(const std::vector<std::string>& args,
-                            const launcher::HostFacts& host = testHost()) {
-  auto result = plan(args, host);
-  INFO(result.status().message());
-  REQUIRE(result.isOk());
-  return std::move(result).value();
-}
+using dtrun::testing::plan;
+using dtrun::testing::planOk;
+using dtrun::testing::testHost;
 
 std::string errorOf(const std::vector<std::string>& args,
                     const launcher::HostFacts& host = testHost()) {

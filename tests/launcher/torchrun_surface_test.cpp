@@ -6,37 +6,16 @@
 
 #include <catch2/catch.hpp>
 
-#include "launch_options.h"
+#include "plan_support.h"
 #include "support/scoped.h"
 
 namespace {
 
 namespace launcher = dtrun::launcher;
 
-launcher::HostFacts testHost() {
-  launcher::HostFacts host;
-  host.makeRunId = [] { return std::string("generated-id"); };
-  return host;
-}
-
-dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
-                                         const launcher::HostFacts& host = testHost()) {
-  CLI::App app{"dtrun"};
-  launcher::RawOptions raw;
-  launcher::addLaunchOptions(app, raw);
-  const dtrun::testing::Argv argv("dtrun", args);
-  app.parse(launcher::argumentsForParse(argv.argc(), argv.argv()));
-  raw.program = app.remaining();
-  return launcher::validate(raw, host);
-}
-
-launcher::LaunchPlan planOk(const std::vector<std::string>& args,
-                            const launcher::HostFacts& host = testHost()) {
-  auto result = plan(args, host);
-  INFO(result.status().message());
-  REQUIRE(result.isOk());
-  return std::move(result).value();
-}
+using dtrun::testing::plan;
+using dtrun::testing::planOk;
+using dtrun::testing::testHost;
 
 std::string errorOf(const std::vector<std::string>& args) {
   auto result = plan(args);
