@@ -539,6 +539,8 @@ class Agent {
       recordRootCause(failures_.front());
     } else if (d.exitCode == 0 && !job_) {
       log::agent().info("all {} worker(s) succeeded", group_.workers().size());
+    } else if (stopReason_ == StopReason::kSignal && !config_.errorFile.empty()) {
+      detail::writeErrorFile(config_.errorFile, detail::signalErrorJson(::getpid(), stopSignal_));
     }
     finish(d.exitCode);
   }

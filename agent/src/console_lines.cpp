@@ -1,6 +1,7 @@
 #include "console_lines.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "dtrun/agent.h"
 
@@ -8,20 +9,50 @@ namespace dtrun::agent {
 
 namespace {
 
-// Calls `visit(name)` for every "${name}" of `pattern`, `literal(text)` for the text between.
+bool isIdentifierStart(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+bool isIdentifierChar(char c) { return isIdentifierStart(c) || (c >= '0' && c <= '9'); }
+
+// Reads `pattern` as Python's string.Template does (torchrun expands the template with it):
+// "$$" is one '$', "${name}" and "$name" name a variable, any other '$' is itself. Calls
+// `visit(name, asWritten)` for every variable and `literal(text)` for the text between.
 template <typename Literal, typename Visit>
 void scanVariables(std::string_view pattern, const Literal& literal, const Visit& visit) {
-  while (!pattern.empty()) {
-    const auto open = pattern.find("${");
-    const auto close = open == std::string_view::npos ? open : pattern.find('}', open + 2);
-    if (close == std::string_view::npos) {
-      literal(pattern);
-      return;
+  std::size_t from = 0;
+  for (std::size_t at = pattern.find('$'); at != std::string_view::npos;
+       at = pattern.find('$', at)) {
+    const std::string_view after = pattern.substr(at + 1);
+    std::string_view name;
+    std::size_t length = 1;  // of the placeholder, from its '$'
+    if (!after.empty() && after[0] == '$') {
+      literal(pattern.substr(from, at + 1 - from));  // "$$": keeps one '$'
+      from = at += 2;
+      continue;
     }
-    literal(pattern.substr(0, open));
-    visit(pattern.substr(open + 2, close - open - 2));
-    pattern.remove_prefix(close + 1);
+    if (after.size() > 1 && after[0] == '{' && isIdentifierStart(after[1])) {
+      const auto close = after.find('}');
+      std::size_t end = 1;
+      while (end < after.size() && isIdentifierChar(after[end])) ++end;
+      if (close == end) {
+        name = after.substr(1, end - 1);
+        length = end + 2;
+      }
+    } else if (!after.empty() && isIdentifierStart(after[0])) {
+      std::size_t end = 0;
+      while (end < after.size() && isIdentifierChar(after[end])) ++end;
+      name = after.substr(0, end);
+      length = end + 1;
+    }
+    if (name.empty()) {  // a '$' that starts no placeholder is itself
+      ++at;
+      continue;
+    }
+    literal(pattern.substr(from, at - from));
+    visit(name, pattern.substr(at, length));
+    from = at += length;
   }
+  literal(pattern.substr(from));
 }
 
 }  // namespace
@@ -30,10 +61,10 @@ std::string unknownLinePrefixVariable(std::string_view pattern) {
   std::string unknown;
   scanVariables(
       pattern, [](std::string_view) {},
-      [&unknown](std::string_view name) {
+      [&unknown](std::string_view name, std::string_view asWritten) {
         if (unknown.empty() && std::find(kLinePrefixVariables.begin(), kLinePrefixVariables.end(),
                                          name) == kLinePrefixVariables.end()) {
-          unknown = "${" + std::string(name) + "}";
+          unknown = asWritten;
         }
       });
   return unknown;
@@ -44,10 +75,10 @@ std::string expandLinePrefix(std::string_view pattern,
   std::string out;
   scanVariables(
       pattern, [&out](std::string_view text) { out += text; },
-      [&](std::string_view name) {
+      [&](std::string_view name, std::string_view asWritten) {
         const auto it = std::find_if(values.begin(), values.end(),
                                      [name](const auto& v) { return v.first == name; });
-        out += it == values.end() ? "${" + std::string(name) + "}" : it->second;
+        out += it == values.end() ? asWritten : std::string_view(it->second);
       });
   return out;
 }
@@ -57,6 +88,13 @@ std::string expandLinePrefix(std::string_view pattern,
 namespace dtrun::agent::detail {
 
 void ConsoleLines::feed(std::string_view data, std::string& out) {
+  if (data.empty()) {
+    return;
+  }
+  if (std::exchange(afterCr_, false) && data.front() == '\n') {
+    out += '\n';  // the "\r\n" of the line already out, split across two reads
+    data.remove_prefix(1);
+  }
   while (!data.empty()) {
     const std::size_t end = data.find_first_of("\r\n");
     if (end == std::string_view::npos) {
@@ -77,6 +115,7 @@ void ConsoleLines::feed(std::string_view data, std::string& out) {
     out.append(data.substr(0, next));
     rest_.clear();
     data.remove_prefix(next);
+    afterCr_ = data.empty() && !crlf && out.back() == '\r';
   }
 }
 

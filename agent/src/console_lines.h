@@ -28,6 +28,7 @@ class ConsoleLines {
   const std::string prefix_;
   const std::size_t maxLine_;
   std::string rest_;
+  bool afterCr_ = false;  // the last line out ended the last read with '\r'
 };
 
 }  // namespace dtrun::agent::detail

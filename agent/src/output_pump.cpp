@@ -1,5 +1,6 @@
 #include "output_pump.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <string_view>
 
@@ -114,15 +115,17 @@ void OutputPump::writeConsole(const std::string& lines) {
   if (!duplicates_ || !duplicates_->file.valid()) {
     return;
   }
+  // Each copied line ends in '\n', as torchrun's filtered files (read in universal newlines).
   std::string copied;
   for (std::size_t start = 0; start < lines.size();) {
-    std::size_t end = lines.find_first_of("\r\n", start);
-    end = end == std::string::npos ? lines.size() : end + 1;
+    const std::size_t end = std::min(lines.find_first_of("\r\n", start), lines.size());
     const std::string_view line(lines.data() + start, end - start);
     if (matchesAny(line, duplicates_->filters)) {
       copied.append(line);
+      copied += '\n';
     }
-    start = end;
+    const bool crlf = lines.compare(end, 2, "\r\n") == 0;
+    start = end + (crlf ? 2 : 1);
   }
   if (!copied.empty()) {
     writeAll(duplicates_->file.get(), copied.data(), copied.size());

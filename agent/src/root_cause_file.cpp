@@ -48,6 +48,28 @@ std::string rootCauseErrorJson(const WorkerFailure& root, const std::string& hos
       .dump();
 }
 
+std::string signalErrorJson(int pid, int signal) {
+  const std::string message =
+      "SignalException: Process " + std::to_string(pid) + " got signal: " + std::to_string(signal);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  return nlohmann::json{
+      {"message",
+       {{"message", message},
+        {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(seconds)}}}}}}
+      .dump();
+}
+
+void writeErrorFile(const std::string& path, const std::string& json) {
+  if (writeFileAtomically(path, json)) {
+    log::agent().info("error written to TORCHELASTIC_ERROR_FILE {}", path);
+  } else {
+    log::agent().warn("cannot write to TORCHELASTIC_ERROR_FILE {}: {}", path,
+                      std::error_code(errno, std::generic_category()).message());
+  }
+}
+
 void writeRootCauseErrorFile(const std::string& path, const WorkerFailure& root,
                              const std::string& host) {
   std::optional<std::string> childError;
@@ -58,12 +80,7 @@ void writeRootCauseErrorFile(const std::string& path, const WorkerFailure& root,
       childError = text.str();
     }
   }
-  if (writeFileAtomically(path, rootCauseErrorJson(root, host, childError))) {
-    log::agent().info("root cause written to TORCHELASTIC_ERROR_FILE {}", path);
-  } else {
-    log::agent().warn("cannot write the root cause to TORCHELASTIC_ERROR_FILE {}: {}", path,
-                      std::error_code(errno, std::generic_category()).message());
-  }
+  writeErrorFile(path, rootCauseErrorJson(root, host, childError));
 }
 
 }  // namespace dtrun::agent::detail

@@ -26,4 +26,12 @@ std::string rootCauseErrorJson(const WorkerFailure& root, const std::string& hos
 void writeRootCauseErrorFile(const std::string& path, const WorkerFailure& root,
                              const std::string& host);
 
+// The error file's JSON when a signal stopped dtrun itself (pid `pid`), as torchrun's @record
+// writes it for the SignalException its agent raises: {"message": {"message": "SignalException:
+// Process <pid> got signal: <n>", "extraInfo": {"py_callstack": ..., "timestamp": ...}}}.
+std::string signalErrorJson(int pid, int signal);
+
+// Writes `json` to `path`; a failure is logged, never fatal.
+void writeErrorFile(const std::string& path, const std::string& json);
+
 }  // namespace dtrun::agent::detail

@@ -106,8 +106,12 @@ int runStore(const StoreCommandOptions& options) {
       return 1;
     }
   }
-  // Multi-node jobs whose --rdzv_endpoint is this store get their keeper here.
-  auto keepers = rdzv::KeeperService::start(port, serverOptions.token);
+  // Multi-node jobs whose --rdzv_endpoint is this store get their keeper here. Its connections
+  // go to --host when the store listens on that address alone.
+  const bool everyAddress =
+      options.host.empty() || options.host == "0.0.0.0" || options.host == "::";
+  auto keepers = rdzv::KeeperService::start(port, serverOptions.token,
+                                            everyAddress ? "127.0.0.1" : options.host);
   if (!keepers.isOk()) {
     std::cerr << "dtrun store: " << keepers.status().message() << "\n";
     return 1;

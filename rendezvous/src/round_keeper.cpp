@@ -500,8 +500,8 @@ class Keeper {
 
 class ThreadedKeeperService final : public KeeperService {
  public:
-  ThreadedKeeperService(std::uint16_t port, std::string token)
-      : port_(port), token_(std::move(token)) {}
+  ThreadedKeeperService(std::string host, std::uint16_t port, std::string token)
+      : host_(std::move(host)), port_(port), token_(std::move(token)) {}
   ThreadedKeeperService(const ThreadedKeeperService&) = delete;
   ThreadedKeeperService& operator=(const ThreadedKeeperService&) = delete;
   ThreadedKeeperService(ThreadedKeeperService&&) = delete;
@@ -526,7 +526,7 @@ class ThreadedKeeperService final : public KeeperService {
  private:
   [[nodiscard]] Result<std::unique_ptr<Store>> connect() const {
     ClientOptions options;
-    options.host = "127.0.0.1";
+    options.host = host_;
     options.port = port_;
     options.timeout = std::chrono::seconds(30);
     options.token = token_;
@@ -563,6 +563,7 @@ class ThreadedKeeperService final : public KeeperService {
     }
   }
 
+  std::string host_;
   std::uint16_t port_;
   std::string token_;
   std::atomic<bool> stopping_{false};
@@ -574,8 +575,9 @@ class ThreadedKeeperService final : public KeeperService {
 }  // namespace
 
 Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort,
-                                                            const std::string& token) {
-  auto service = std::make_unique<ThreadedKeeperService>(storePort, token);
+                                                            const std::string& token,
+                                                            const std::string& storeHost) {
+  auto service = std::make_unique<ThreadedKeeperService>(storeHost, storePort, token);
   DTRUN_TRY(service->start());
   return std::unique_ptr<KeeperService>(std::move(service));
 }

@@ -51,3 +51,12 @@ TEST_CASE("\\r\\n in one read ends one line, not two", "[unit][agent]") {
   lines.feed("dos line\r\nnext\r\nbar\rdone\n", out);
   CHECK(out == "[r0]:dos line\r\n[r0]:next\r\n[r0]:bar\r[r0]:done\n");
 }
+
+TEST_CASE("\\r\\n split across two reads still ends one line", "[unit][agent]") {
+  ConsoleLines lines("[r0]:");
+  std::string out;
+  lines.feed("dos line\r", out);
+  lines.feed("\nnext\r", out);
+  lines.feed("redraw\n", out);
+  CHECK(out == "[r0]:dos line\r\n[r0]:next\r[r0]:redraw\n");
+}

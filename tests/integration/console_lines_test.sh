@@ -98,7 +98,7 @@ done
 before=$fail_count
 # torchrun's --log-line-prefix-template and --duplicate-stdout-filters.
 rc=0
-LINES=3 timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=1 --log_dir="$work/logs" --rdzv_id=prefix \
+CRLF=1 LINES=3 timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=1 --log_dir="$work/logs" --rdzv_id=prefix \
   '--log-line-prefix-template=<${role_name}:${rank}/${local_rank}@${hostname}>' \
   --duplicate-stdout-filters='line 1 ,line 2 ' "$WORKER" >"$work/prefix.out" 2>/dev/null || rc=$?
 [[ $rc -eq 0 ]] || note_fail "prefix: dtrun exited $rc"
@@ -108,5 +108,6 @@ filtered=$work/logs/prefix/attempt_0/filtered_stdout.log
 [[ -f $filtered && $(grep -c " line [12] " "$filtered") -eq 4 && $(wc -l <"$filtered") -eq 4 ]] ||
   note_fail "duplicate filters: want the 4 lines with 'line 1 ' or 'line 2 ' in $filtered"
 grep -q "^<default:0/0@$host>rank 0 line 1 " "$filtered" 2>/dev/null || note_fail "duplicate filters: lines keep their prefix"
+! grep -q $'\r' "$filtered" 2>/dev/null || note_fail "duplicate filters: a \\r\\n line kept its '\\r' in $filtered"
 [[ $fail_count -ne $before ]] || pass "--log-line-prefix-template and --duplicate-stdout-filters"
 end_test

@@ -125,14 +125,15 @@ for n in 3 4; do
 done
 
 # ---------------------------------------------------------------------------------------------
-# c10d hosted by `dtrun store` (is_host=0 everywhere): the store's keeper runs the job.
-"$DTRUN" store --host 127.0.0.1 --port 0 --port-file "$work/store.port" >"$work/store.out" 2>&1 &
+# c10d hosted by `dtrun store` (is_host=0 everywhere): the store's keeper runs the job. The store
+# listens on 127.0.0.2 alone, so its keepers must connect there, not to 127.0.0.1.
+"$DTRUN" store --host 127.0.0.2 --port 0 --port-file "$work/store.port" >"$work/store.out" 2>&1 &
 store_pid=$!
 pids+=("$store_pid")
 for _ in $(seq 100); do [[ -s $work/store.port ]] && break; sleep 0.05; done
 port=$(cat "$work/store.port" 2>/dev/null || echo 1)
 for i in 0 1; do
-  start "ds_$i" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=ds \
+  start "ds_$i" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.2:"$port" --rdzv_id=ds \
     --rdzv_conf="$FAST,is_host=0" --nproc_per_node=1 --no_python "$WORKER" env
 done
 ok=0

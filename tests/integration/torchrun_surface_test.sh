@@ -28,6 +28,7 @@ case $FAIL_HOW in
   errfile_kill)
     printf '{"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Traceback: boom", "timestamp": "123"}}}' >"$TORCHELASTIC_ERROR_FILE"
     kill -9 $$ ;;
+  sleep) exec sleep 60 ;;
 esac
 EOF
 chmod +x "$work/w.sh"
@@ -115,7 +116,23 @@ for r in 0 1; do
     note_fail "errfile_ok: rank $r does not get its own error file"
 done
 [[ ! -e $work/parent3.json ]] || note_fail "errfile_ok: a successful job wrote the error file"
-pass "errfile: root cause written (plain, copied), workers keep their own files"
+# A signal that stops dtrun itself: torchrun's @record writes the SignalException.
+mkdir -p "$work/errfile_signal.cwd"
+(cd "$work/errfile_signal.cwd" && TORCHELASTIC_ERROR_FILE="$work/parent4.json" FAIL_RANK=0 FAIL_HOW=sleep \
+  exec timeout "$LIMIT" "$DTRUN" --log_dir="$work/logs" --rdzv_id=sig --nproc_per_node=2 --no_python \
+  "$work/w.sh") >"$work/errfile_signal.out" 2>"$work/errfile_signal.err" </dev/null &
+signal_pid=$!
+pids+=("$signal_pid")
+for _ in $(seq 200); do grep -q "rank=0" "$work/errfile_signal.out" && break; sleep 0.05; done
+launcher_pid=$(pgrep -P "$signal_pid" -x dtrun || echo "$signal_pid")
+kill -TERM "$launcher_pid"
+rc=0
+wait "$signal_pid" || rc=$?
+forget "$signal_pid"
+expect_eq "errfile_signal: exit code" 143 "$rc"
+expect_eq "errfile_signal: message" "SignalException: Process $launcher_pid got signal: 15" \
+  "$(json_get "$work/parent4.json" 'j["message"]["message"]' 2>&1)"
+pass "errfile: root cause written (plain, copied, dtrun signalled), workers keep their own files"
 
 # ---- nccl ----
 for setting in "" "NCCL_ASYNC_ERROR_HANDLING=0" "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"; do

@@ -133,4 +133,13 @@ TEST_CASE(
         "[trainer3|${x}]:");
   CHECK(dtrun::agent::unknownLinePrefixVariable("${rank}${pid}${hostname}").empty());
   CHECK(dtrun::agent::unknownLinePrefixVariable("a ${rank} ${nodes} ${x}") == "${nodes}");
+  // Python's string.Template forms, which torchrun's templates may use: "$name" and "$$".
+  const std::vector<std::pair<std::string, std::string>> values = {{"rank", "5"},
+                                                                   {"local_rank", "1"}};
+  CHECK(dtrun::agent::expandLinePrefix("$rank/$local_rank:", values) == "5/1:");
+  CHECK(dtrun::agent::expandLinePrefix("$$rank=${rank}$", values) == "$rank=5$");
+  CHECK(dtrun::agent::expandLinePrefix("$ 1 ${ rank} $9 $rankx", values) ==
+        "$ 1 ${ rank} $9 $rankx");
+  CHECK(dtrun::agent::unknownLinePrefixVariable("$rank $$node $node") == "$node");
+  CHECK(dtrun::agent::unknownLinePrefixVariable("cost: 5$ ${rank}").empty());
 }

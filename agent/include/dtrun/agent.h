@@ -132,9 +132,12 @@ struct AgentConfig {
 inline constexpr std::array<std::string_view, 5> kLinePrefixVariables = {
     "role_name", "rank", "local_rank", "hostname", "pid"};
 inline constexpr std::string_view kDefaultLinePrefixTemplate = "[${role_name}${local_rank}]:";
-// The first "${name}" of `pattern` whose name is not in kLinePrefixVariables; "" when none.
+// Templates read as Python's string.Template reads them, as torchrun does: "${name}" or "$name",
+// "$$" for a '$'.
+// The first variable of `pattern` (as written) whose name is not in kLinePrefixVariables; "" when
+// none.
 std::string unknownLinePrefixVariable(std::string_view pattern);
-// `pattern` with each "${name}" replaced by its value in `values`; unknown names stay as written.
+// `pattern` with each variable replaced by its value in `values`; unknown names stay as written.
 std::string expandLinePrefix(std::string_view pattern,
                              const std::vector<std::pair<std::string, std::string>>& values);
 

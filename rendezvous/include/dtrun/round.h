@@ -126,8 +126,11 @@ class KeeperService {
   KeeperService& operator=(KeeperService&&) = delete;
   virtual ~KeeperService() = default;
   // `token`: the store's (ServerOptions::token), presented by the keepers' own connections.
-  [[nodiscard]] static Result<std::unique_ptr<KeeperService>> start(std::uint16_t storePort,
-                                                                    const std::string& token = {});
+  // `storeHost`: an address the store answers on from this host (its --host when it listens on
+  // one address only).
+  [[nodiscard]] static Result<std::unique_ptr<KeeperService>> start(
+      std::uint16_t storePort, const std::string& token = {},
+      const std::string& storeHost = "127.0.0.1");
 };
 
 }  // namespace dtrun::rdzv
