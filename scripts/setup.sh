@@ -9,6 +9,7 @@ packages=(
   libssl-dev libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
   libtorch-dev python3-torch
   iproute2 procps gnuplot-nox
+  openmpi-bin  # tests/integration/mpirun_test.sh: mpirun starting dtrun per node
   elfutils gdb python3-jsonschema
 )
 

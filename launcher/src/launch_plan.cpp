@@ -485,7 +485,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   DTRUN_ASSIGN_OR_RETURN(auto nnodes, parseNnodes(nnodesSetting));
   std::tie(plan.minNodes, plan.maxNodes) = nnodes;
   if (job) {
-    useAllocationRanks(*job, options, schedulerUse, plan);
+    DTRUN_TRY(useAllocationRanks(*job, options, schedulerUse, plan));
     plan.scheduler = describeAllocation(*job, schedulerUse);
   }
   const auto nodeRankSetting = options.get("node_rank", "0");

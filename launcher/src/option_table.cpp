@@ -95,9 +95,9 @@ constexpr std::array kOptions = {
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,
-               "Batch scheduler whose allocation sets --nnodes, --node_rank, --master_addr, "
-               "--master_port and --rdzv_id when they are not given: auto, slurm, pbs or none "
-               "(default auto: SLURM_JOB_ID or PBS_JOBID)"},
+               "Batch scheduler or launcher whose job sets --nnodes, --node_rank, --master_addr, "
+               "--master_port and --rdzv_id when they are not given: auto, slurm, pbs, lsf, flux, "
+               "mpi or none (default auto: the one whose variables are set)"},
     OptionSpec{"log_level", "", Kind::kValue, false,
                "dtrun's own logging: trace, debug, info, warn, error, critical or off (default "
                "$DTRUN_LOG_LEVEL or info)"},

@@ -16,7 +16,7 @@ Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& opt
   const auto modeSetting = options.get("scheduler", "auto");
   const auto mode = scheduler::parseMode(trim(modeSetting.text));
   if (!mode) {
-    return expected(modeSetting, "auto, slurm, pbs or none");
+    return expected(modeSetting, "auto, slurm, pbs, lsf, flux, mpi or none");
   }
   if (*mode == scheduler::Mode::kNone || standalone) {
     plan.scheduler = standalone ? "none (--standalone)" : "none (--scheduler none)";
@@ -28,21 +28,22 @@ Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& opt
   job.readFile = host.readFile;
   auto found = scheduler::detect(*mode, job);
   if (found.isOk() && !found.value()) {
-    plan.scheduler = "none (neither SLURM_JOB_ID nor PBS_JOBID is set)";
+    plan.scheduler =
+        "none (no SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID or MPI launcher's rank is set)";
   }
   return found;
 }
 
 // Refuses launches that cannot work in the allocation, and supplies the job id and node count.
 Status useAllocation(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use) {
-  const int nodes = static_cast<int>(a.hosts.size());
+  const int nodes = a.nodeCount;
   if (a.tasksOnThisNode > 1) {
     // An error, not a warning: every one of them would claim this node's rank (static) or join
     // as a node of its own, and each starts its own workers, so the job cannot be right.
     return Status::invalidArgument(
-        a.tasksFrom + ": srun started " + std::to_string(a.tasksOnThisNode) +
-        " dtrun processes on this node, but dtrun starts the workers itself: run one per node "
-        "(srun --ntasks-per-node=1 dtrun --nproc_per_node=N ...), or pass --scheduler none");
+        a.tasksFrom + ": " + a.launcher + " started " + std::to_string(a.tasksOnThisNode) +
+        " dtrun processes on this node, but dtrun starts the workers itself: run one per node (" +
+        a.onePerNode + " dtrun --nproc_per_node=N ...), or pass --scheduler none");
   }
   if (!a.inStep && nodes > 1 && !options.given("nnodes")) {
     return Status::invalidArgument(
@@ -51,7 +52,9 @@ Status useAllocation(const scheduler::Allocation& a, Resolver& options, Schedule
         " only and wait for the others: run one dtrun per node with srun --ntasks-per-node=1 "
         "dtrun ..., or pass --nnodes=1 to use this node alone");
   }
-  use.offer(options, "rdzv_id", a.jobId, a.jobIdFrom);
+  if (!a.jobId.empty()) {
+    use.offer(options, "rdzv_id", a.jobId, a.jobIdFrom);
+  }
   if (nodes > 1) {
     use.offer(options, "nnodes", std::to_string(nodes), a.hostsFrom);
   }
@@ -60,13 +63,14 @@ Status useAllocation(const scheduler::Allocation& a, Resolver& options, Schedule
 
 // With the static backend over the allocation's nodes: this node's rank, and the store on the
 // first host at the job's port (scheduler::jobPort: fixed per job, so no flag is needed, and two
-// jobs sharing a node do not both claim torchrun's 29500).
-void useAllocationRanks(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use,
-                        LaunchPlan& plan) {
-  const int nodes = static_cast<int>(a.hosts.size());
+// jobs sharing a node do not both claim torchrun's 29500). Where the environment names no first
+// host (Flux, most MPI launchers), --master_addr must: one line says so.
+Status useAllocationRanks(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use,
+                          LaunchPlan& plan) {
+  const int nodes = a.nodeCount;
   if (nodes <= 1 || plan.maxNodes != nodes ||
       options.get("rdzv_backend", "static").text != "static") {
-    return;
+    return Status::ok();
   }
   const auto userRank = options.given("node_rank");
   if (userRank && parseInt(userRank->text) != a.nodeIndex) {
@@ -77,19 +81,31 @@ void useAllocationRanks(const scheduler::Allocation& a, Resolver& options, Sched
   }
   use.offer(options, "node_rank", std::to_string(a.nodeIndex), a.nodeIndexFrom);
   if (!options.given("rdzv_endpoint")) {
-    const std::string hostsVar = a.hostsFrom.substr(0, a.hostsFrom.find('='));
-    use.offer(options, "master_addr", a.hosts.front(), "the first host of " + hostsVar);
-    use.offer(options, "master_port", std::to_string(scheduler::jobPort(a)),
-              "derived from " + a.jobIdFrom);
+    if (!a.master.empty()) {
+      use.offer(options, "master_addr", a.master, a.masterFrom);
+    } else if (const auto given = options.given("master_addr")) {
+      use.overridden.push_back(given->source);
+    } else {
+      return Status::invalidArgument(std::string(scheduler::kindName(a.kind)) + " job with " +
+                                     std::to_string(nodes) + " nodes: " + a.masterMissing);
+    }
+    if (!a.jobId.empty()) {
+      use.offer(options, "master_port", std::to_string(scheduler::jobPort(a)),
+                "derived from " + a.jobIdFrom);
+    }
   }
+  return Status::ok();
 }
 
 std::string describeAllocation(const scheduler::Allocation& a, const SchedulerUse& use) {
-  const int nodes = static_cast<int>(a.hosts.size());
-  std::string text = std::string(scheduler::kindName(a.kind)) + " job " + a.jobId + ": " +
-                     std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + " from " +
-                     a.hostsFrom + ", this is node " + std::to_string(a.nodeIndex) + " (" +
-                     a.nodeIndexFrom + ")";
+  const int nodes = a.nodeCount;
+  std::string text = std::string(scheduler::kindName(a.kind));
+  if (a.kind == scheduler::Kind::kMpi || a.kind == scheduler::Kind::kFlux) {
+    text += " (" + a.launcher + ")";
+  }
+  text += (a.jobId.empty() ? std::string() : " job " + a.jobId) + ": " + std::to_string(nodes) +
+          (nodes == 1 ? " node" : " nodes") + " from " + a.hostsFrom + ", this is node " +
+          std::to_string(a.nodeIndex) + " (" + a.nodeIndexFrom + ")";
   const auto join = [](const std::vector<std::string>& items) {
     std::string joined;
     for (const std::string& item : items) {

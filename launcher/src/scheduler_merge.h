@@ -1,4 +1,5 @@
-// The batch scheduler's allocation merged into the launch: SLURM/PBS detection (scheduler/) and
+// The batch scheduler's allocation merged into the launch: SLURM, PBS, LSF, Flux and MPI launcher
+// detection (scheduler/) and
 // what it may supply below the user's own settings (nnodes, node_rank, master_addr/port, rdzv_id),
 // with the banner's account of what was used and from where.
 #pragma once
@@ -30,15 +31,17 @@ struct SchedulerUse {
   }
 };
 
-// The allocation --scheduler names (auto: SLURM_JOB_ID or PBS_JOBID); nullopt when none applies.
+// The allocation --scheduler names (auto: see scheduler::Mode); nullopt when none applies.
 Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& options,
                                                              const HostFacts& host, bool standalone,
                                                              LaunchPlan& plan);
 // Supplies rdzv_id and nnodes from the allocation (before they are parsed).
-Status useAllocation(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use);
-// For a static launch over exactly the allocation's nodes: node_rank, master_addr, master_port.
-void useAllocationRanks(const scheduler::Allocation& a, Resolver& options, SchedulerUse& use,
-                        LaunchPlan& plan);
+[[nodiscard]] Status useAllocation(const scheduler::Allocation& a, Resolver& options,
+                                   SchedulerUse& use);
+// For a static launch over exactly the allocation's nodes: node_rank, master_addr, master_port;
+// an error when the first node's address is needed but unknown and --master_addr is not given.
+[[nodiscard]] Status useAllocationRanks(const scheduler::Allocation& a, Resolver& options,
+                                        SchedulerUse& use, LaunchPlan& plan);
 // The banner's line: what the scheduler supplied and from which variables.
 std::string describeAllocation(const scheduler::Allocation& a, const SchedulerUse& use);
 

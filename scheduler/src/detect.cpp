@@ -1,5 +1,7 @@
-// Reads SLURM's and PBS's view of the allocation from the environment and PBS_NODEFILE.
+// Reads SLURM's and PBS's view of the allocation from the environment and PBS_NODEFILE, picks
+// the environment to read under --scheduler auto, and derives the job's port.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -9,33 +11,10 @@
 
 #include "dtrun/scheduler.h"
 
+#include "detect_support.h"
+
 namespace dtrun::scheduler {
-namespace {
-
-// Appended to errors about values the scheduler wrote: they cannot be fixed by the user, only
-// bypassed.
-constexpr std::string_view kBypass =
-    "; if it was rewritten by hand, unset it, or pass --scheduler none and give --nnodes, "
-    "--node_rank and --master_addr yourself";
-
-class Env {
- public:
-  explicit Env(const JobEnvironment& job) : job_(job) {}
-
-  // The first of `names` that is set: its name and value.
-  [[nodiscard]] std::optional<std::pair<std::string, std::string>> first(
-      std::initializer_list<std::string_view> names) const {
-    for (const std::string_view name : names) {
-      if (const auto it = job_.env.find(name); it != job_.env.end()) {
-        return std::pair{std::string(name), it->second};
-      }
-    }
-    return std::nullopt;
-  }
-
- private:
-  const JobEnvironment& job_;  // outlives this view, a local of detect()
-};
+namespace detail {
 
 std::optional<long long> parseCount(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) {
@@ -52,7 +31,7 @@ std::optional<long long> parseCount(std::string_view text) {
   return value;
 }
 
-Status malformed(const std::pair<std::string, std::string>& var, std::string_view problem) {
+Status malformed(const Var& var, std::string_view problem) {
   return Status::invalidArgument(var.first + "='" + var.second + "': " + std::string(problem) +
                                  std::string(kBypass));
 }
@@ -69,9 +48,93 @@ std::string listOf(const std::vector<std::string>& hosts) {
   return text;
 }
 
+Status readSlotFile(const Var& var, const std::string& text, Allocation& a) {
+  const std::string name = var.first + "='" + var.second + "'";
+  std::size_t lineNumber = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) {
+      end = text.size();
+    }
+    ++lineNumber;
+    std::string_view line{text};
+    line = line.substr(start, end - start);
+    start = end + 1;
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) {
+      continue;
+    }
+    line = line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+    if (line.find_first_of(" \t") != std::string_view::npos) {
+      return Status::invalidArgument(name + " line " + std::to_string(lineNumber) +
+                                     ": expected one host name per line, got '" +
+                                     std::string(line) + "'");
+    }
+    const auto it = std::find(a.hosts.begin(), a.hosts.end(), line);
+    if (it == a.hosts.end()) {
+      if (a.hosts.size() == kMaxHosts) {
+        return Status::invalidArgument(name + ": more than " + std::to_string(kMaxHosts) +
+                                       " hosts");
+      }
+      a.hosts.emplace_back(line);
+      a.slotsPerNode.push_back(1);
+    } else {
+      ++a.slotsPerNode[static_cast<std::size_t>(it - a.hosts.begin())];
+    }
+  }
+  if (a.hosts.empty()) {
+    return Status::invalidArgument(name + " lists no host: expected one host name per line");
+  }
+  return Status::ok();
+}
+
+namespace {
+std::string_view shortName(std::string_view host) { return host.substr(0, host.find('.')); }
+}  // namespace
+
+Result<int> locateHost(const Allocation& a, const std::string& hostName, const std::string& where,
+                       std::string_view how) {
+  auto here = std::find(a.hosts.begin(), a.hosts.end(), hostName);
+  if (here == a.hosts.end()) {
+    const std::string_view wanted = shortName(hostName);
+    const auto sameShort = [wanted](const std::string& h) { return shortName(h) == wanted; };
+    here = std::find_if(a.hosts.begin(), a.hosts.end(), sameShort);
+    if (here != a.hosts.end() && std::count_if(a.hosts.begin(), a.hosts.end(), sameShort) > 1) {
+      return Status::invalidArgument(where + ": this host '" + hostName +
+                                     "' matches several of its hosts by short name (" +
+                                     listOf(a.hosts) + "); pass --node_rank");
+    }
+  }
+  if (here == a.hosts.end()) {
+    return Status::invalidArgument(
+        where + ": this host '" + hostName + "' is not among its hosts (" + listOf(a.hosts) +
+        "); start dtrun on the job's hosts (" + std::string(how) +
+        "), or pass --scheduler none and give --nnodes, --node_rank and --master_addr yourself");
+  }
+  return static_cast<int>(here - a.hosts.begin());
+}
+
+void useHostList(Allocation& a, std::string_view listVar) {
+  a.nodeCount = static_cast<int>(a.hosts.size());
+  a.master = a.hosts.front();
+  a.masterFrom = "the first host of " + std::string(listVar);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::Env;
+using detail::kBypass;
+using detail::malformed;
+using detail::parseCount;
+
 Result<Allocation> detectSlurm(const Env& env) {
   Allocation a;
   a.kind = Kind::kSlurm;
+  a.launcher = "srun";
+  a.onePerNode = "srun --ntasks-per-node=1";
   const auto job = env.first({"SLURM_JOB_ID", "SLURM_JOBID"});
   if (!job || job->second.empty()) {
     return Status::invalidArgument(
@@ -98,7 +161,8 @@ Result<Allocation> detectSlurm(const Env& env) {
   }
   a.hosts = std::move(hosts).value();
   a.hostsFrom = nodelist->first + "=" + nodelist->second;
-  const int nodes = static_cast<int>(a.hosts.size());
+  detail::useHostList(a, nodelist->first);
+  const int nodes = a.nodeCount;
 
   const auto count = a.inStep ? env.first({"SLURM_STEP_NUM_NODES", "SLURM_NNODES"})
                               : env.first({"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
@@ -153,11 +217,11 @@ Result<Allocation> detectSlurm(const Env& env) {
   return a;
 }
 
-std::string_view shortName(std::string_view host) { return host.substr(0, host.find('.')); }
-
 Result<Allocation> detectPbs(const Env& env, const JobEnvironment& job) {
   Allocation a;
   a.kind = Kind::kPbs;
+  a.launcher = "pbsdsh";
+  a.onePerNode = "pbsdsh -u";
   const auto jobId = env.first({"PBS_JOBID"});
   if (!jobId || jobId->second.empty()) {
     return Status::invalidArgument(
@@ -182,69 +246,53 @@ Result<Allocation> detectPbs(const Env& env, const JobEnvironment& job) {
   }
   // One host per line, repeated per slot (PBS Pro's mpiprocs, Torque's ppn); the order of first
   // appearance is the node order.
-  std::size_t lineNumber = 0;
-  std::size_t start = 0;
-  while (start < text->size()) {
-    auto end = text->find('\n', start);
-    if (end == std::string::npos) {
-      end = text->size();
-    }
-    ++lineNumber;
-    std::string_view line{*text};
-    line = line.substr(start, end - start);
-    start = end + 1;
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string_view::npos) {
-      continue;
-    }
-    line = line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
-    if (line.find_first_of(" \t") != std::string_view::npos) {
-      return Status::invalidArgument(
-          "PBS_NODEFILE='" + nodefile->second + "' line " + std::to_string(lineNumber) +
-          ": expected one host name per line, got '" + std::string(line) + "'");
-    }
-    const auto it = std::find(a.hosts.begin(), a.hosts.end(), line);
-    if (it == a.hosts.end()) {
-      if (a.hosts.size() == kMaxHosts) {
-        return Status::invalidArgument("PBS_NODEFILE='" + nodefile->second + "': more than " +
-                                       std::to_string(kMaxHosts) + " hosts");
-      }
-      a.hosts.emplace_back(line);
-      a.slotsPerNode.push_back(1);
-    } else {
-      ++a.slotsPerNode[static_cast<std::size_t>(it - a.hosts.begin())];
-    }
-  }
-  if (a.hosts.empty()) {
-    return Status::invalidArgument("PBS_NODEFILE='" + nodefile->second +
-                                   "' lists no host: expected one host name per line");
-  }
+  DTRUN_TRY(detail::readSlotFile(*nodefile, *text, a));
   a.hostsFrom = "PBS_NODEFILE=" + nodefile->second;
+  detail::useHostList(a, "PBS_NODEFILE");
 
   // This host by its exact name, else by its short name (a nodefile of FQDNs on hosts whose
   // hostname is short, or the other way round), which must then be unambiguous.
-  auto here = std::find(a.hosts.begin(), a.hosts.end(), job.hostName);
-  if (here == a.hosts.end()) {
-    const std::string_view wanted = shortName(job.hostName);
-    const auto sameShort = [wanted](const std::string& h) { return shortName(h) == wanted; };
-    here = std::find_if(a.hosts.begin(), a.hosts.end(), sameShort);
-    if (here != a.hosts.end() && std::count_if(a.hosts.begin(), a.hosts.end(), sameShort) > 1) {
-      return Status::invalidArgument("PBS_NODEFILE='" + nodefile->second + "': this host '" +
-                                     job.hostName +
-                                     "' matches several of its hosts by short name (" +
-                                     listOf(a.hosts) + "); pass --node_rank");
+  DTRUN_ASSIGN_OR_RETURN(
+      const int index,
+      detail::locateHost(a, job.hostName, "PBS_NODEFILE='" + nodefile->second + "'",
+                         "pbsdsh, or mpiexec with one process per host"));
+  a.nodeIndex = index;
+  a.nodeIndexFrom = "PBS_NODEFILE position of host " + a.hosts[static_cast<std::size_t>(index)];
+  return a;
+}
+
+// Under auto: which of the batch schedulers' job ids are set. Several is an error.
+Result<Mode> batchMode(const Env& env) {
+  struct Batch {
+    Mode mode;
+    std::string_view var;
+    std::string_view name;
+  };
+  static constexpr std::array<Batch, 3> kBatch = {Batch{Mode::kSlurm, "SLURM_JOB_ID", "slurm"},
+                                                  Batch{Mode::kPbs, "PBS_JOBID", "pbs"},
+                                                  Batch{Mode::kLsf, "LSB_JOBID", "lsf"}};
+  std::vector<const Batch*> set;
+  for (const Batch& batch : kBatch) {
+    if (env.has(batch.var) || (batch.mode == Mode::kSlurm && env.has("SLURM_JOBID"))) {
+      set.push_back(&batch);
     }
   }
-  if (here == a.hosts.end()) {
-    return Status::invalidArgument(
-        "PBS_NODEFILE='" + nodefile->second + "': this host '" + job.hostName +
-        "' is not among its hosts (" + listOf(a.hosts) +
-        "); start dtrun on the job's hosts (pbsdsh, or mpiexec with one process per host), or "
-        "pass --scheduler none and give --nnodes, --node_rank and --master_addr yourself");
+  if (set.empty()) {
+    return Mode::kNone;
   }
-  a.nodeIndex = static_cast<int>(here - a.hosts.begin());
-  a.nodeIndexFrom = "PBS_NODEFILE position of host " + *here;
-  return a;
+  if (set.size() == 1) {
+    return set.front()->mode;
+  }
+  std::string vars;
+  std::string options;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    const std::string_view sep = i == 0 ? "" : i + 1 == set.size() ? " and " : ", ";
+    vars += std::string(sep) + std::string(set[i]->var);
+    options += "--scheduler " + std::string(set[i]->name) + ", ";
+  }
+  options.resize(options.size() - 2);
+  return Status::invalidArgument((set.size() == 2 ? "both " : "") + vars + " are set: pass " +
+                                 options + " or --scheduler none");
 }
 
 }  // namespace
@@ -255,6 +303,12 @@ std::string_view kindName(Kind kind) {
       return "slurm";
     case Kind::kPbs:
       return "pbs";
+    case Kind::kLsf:
+      return "lsf";
+    case Kind::kFlux:
+      return "flux";
+    case Kind::kMpi:
+      return "mpi";
     case Kind::kNone:
       break;
   }
@@ -262,17 +316,15 @@ std::string_view kindName(Kind kind) {
 }
 
 std::optional<Mode> parseMode(std::string_view text) {
-  if (text == "auto") {
-    return Mode::kAuto;
-  }
-  if (text == "slurm") {
-    return Mode::kSlurm;
-  }
-  if (text == "pbs") {
-    return Mode::kPbs;
-  }
-  if (text == "none") {
-    return Mode::kNone;
+  static constexpr std::array<std::pair<std::string_view, Mode>, 7> kModes = {
+      std::pair{"auto", Mode::kAuto}, std::pair{"slurm", Mode::kSlurm},
+      std::pair{"pbs", Mode::kPbs},   std::pair{"lsf", Mode::kLsf},
+      std::pair{"flux", Mode::kFlux}, std::pair{"mpi", Mode::kMpi},
+      std::pair{"none", Mode::kNone}};
+  for (const auto& [name, mode] : kModes) {
+    if (text == name) {
+      return mode;
+    }
   }
   return std::nullopt;
 }
@@ -280,26 +332,57 @@ std::optional<Mode> parseMode(std::string_view text) {
 Result<std::optional<Allocation>> detect(Mode mode, const JobEnvironment& job) {
   const Env env(job);
   if (mode == Mode::kAuto) {
-    const bool slurm = env.first({"SLURM_JOB_ID", "SLURM_JOBID"}).has_value();
-    const bool pbs = env.first({"PBS_JOBID"}).has_value();
-    if (slurm && pbs) {
-      return Status::invalidArgument(
-          "both SLURM_JOB_ID and PBS_JOBID are set: pass --scheduler slurm, --scheduler pbs or "
-          "--scheduler none");
+    // Open MPI's variables: mpirun started this process (inside a batch job too, where the
+    // scheduler's step variables describe mpirun's daemons, not dtrun). A Flux job's tasks next:
+    // Flux clears SLURM_* and PMI_* for its jobs, but an instance may run inside any scheduler.
+    if (env.has("OMPI_COMM_WORLD_RANK")) {
+      mode = Mode::kMpi;
+    } else if (env.has("FLUX_JOB_ID")) {
+      mode = Mode::kFlux;
+    } else {
+      DTRUN_ASSIGN_OR_RETURN(mode, batchMode(env));
+      // PMIx or PMI ranks alone: prterun or Hydra. Inside a batch job they come from its own
+      // launcher (srun --mpi=pmix) or from an MPI launcher that the job's host list covers.
+      if (mode == Mode::kNone && (env.has("PMIX_RANK") || env.has("PMI_RANK"))) {
+        mode = Mode::kMpi;
+      }
     }
-    mode = slurm ? Mode::kSlurm : pbs ? Mode::kPbs : Mode::kNone;
   }
-  if (mode == Mode::kNone) {
+  if (mode == Mode::kAuto || mode == Mode::kNone) {
     return std::optional<Allocation>();
   }
-  DTRUN_ASSIGN_OR_RETURN(auto found, mode == Mode::kSlurm ? detectSlurm(env) : detectPbs(env, job));
-  return std::optional<Allocation>(std::move(found));
+  const auto read = [&]() -> Result<Allocation> {
+    switch (mode) {
+      case Mode::kSlurm:
+        return detectSlurm(env);
+      case Mode::kPbs:
+        return detectPbs(env, job);
+      case Mode::kLsf:
+        return detail::detectLsf(env);
+      case Mode::kFlux:
+        return detail::detectFlux(env);
+      case Mode::kMpi:
+      case Mode::kAuto:
+      case Mode::kNone:
+        break;
+    }
+    return detail::detectMpi(env);
+  };
+  DTRUN_ASSIGN_OR_RETURN(auto a, read());
+  if (a.kind == Kind::kSlurm || a.kind == Kind::kPbs || a.kind == Kind::kLsf) {
+    detail::useMpiLocalSize(env, a);
+  }
+  return std::optional<Allocation>(std::move(a));
 }
 
 std::uint16_t jobPort(const Allocation& allocation) {
   const std::string_view id = allocation.jobId;
-  const auto digits = id.find_first_not_of("0123456789");
-  const std::string_view leading = id.substr(0, std::min(digits, std::size_t{9}));
+  const auto digits = std::min(id.find_first_not_of("0123456789"), id.size());
+  // The last 18 digits of the leading number: its value mod 10000 is all that counts, and a Flux
+  // id's last digits are the ones that differ between jobs.
+  constexpr std::size_t kMaxDigits = 18;
+  const std::string_view leading =
+      id.substr(digits > kMaxDigits ? digits - kMaxDigits : 0, std::min(digits, kMaxDigits));
   std::uint64_t job = 0;
   if (leading.empty()) {
     job = 14695981039346656037ULL;  // FNV-1a: any id text still maps to a fixed port
@@ -310,7 +393,9 @@ std::uint16_t jobPort(const Allocation& allocation) {
     std::from_chars(leading.data(), leading.data() + leading.size(), job);
   }
   std::uint64_t step = 0;
-  if (allocation.kind == Kind::kSlurm && allocation.inStep && digits != std::string_view::npos) {
+  const bool numbered = (allocation.kind == Kind::kSlurm && allocation.inStep) ||
+                        allocation.kind == Kind::kLsf;  // the step, the array index
+  if (numbered && digits < id.size()) {
     const std::string_view rest = id.substr(digits + 1, 9);
     std::from_chars(rest.data(), rest.data() + rest.size(), step);
   }

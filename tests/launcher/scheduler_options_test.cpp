@@ -214,8 +214,8 @@ TEST_CASE("launches that cannot work in the allocation are refused",
     CHECK(contains(errorOf({"x.py"}, host), "SLURM_NODEID='7': out of range"));
   }
   SECTION("a bad --scheduler value") {
-    CHECK(errorOf({"--scheduler=lsf", "x.py"}, slurmHost(0)) ==
-          "--scheduler: expected auto, slurm, pbs or none, got 'lsf'");
+    CHECK(errorOf({"--scheduler=sge", "x.py"}, slurmHost(0)) ==
+          "--scheduler: expected auto, slurm, pbs, lsf, flux, mpi or none, got 'sge'");
   }
   SECTION("--scheduler pbs outside PBS") {
     CHECK(contains(errorOf({"--scheduler=pbs", "x.py"}, slurmHost(0)), "PBS_JOBID is not set"));
