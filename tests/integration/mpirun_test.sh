@@ -38,12 +38,18 @@ export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo OMPI_NUM_TH
 export OMP_NUM_THREADS=1
 cases=0
 
-# mpi <hostfile> <name> <dtrun args...>: mpirun -np 2, one per node; stdout/stderr in $work/<name>.*
+# mpi <hostfile> <name> <dtrun args...>: mpirun -np 2, one per node. Each rank's stdout and stderr
+# go to files of their own (mpirun's forwarding interleaves the ranks' writes), then into
+# $work/<name>.out and .err, rank 0's first; mpirun's own output into $work/<name>.mpirun.
 mpi() {
   local hosts=$1 name=$2 rc=0
   shift 2
-  timeout -k 5 "$LIMIT" mpirun --hostfile "$hosts" -np 2 --map-by ppr:1:node \
-    "$DTRUN" "$@" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
+  rm -f "$work/$name".[01].*
+  timeout -k 5 "$LIMIT" mpirun --hostfile "$hosts" -np 2 --map-by ppr:1:node sh -c \
+    'exec "$@" >"$0.$OMPI_COMM_WORLD_RANK.out" 2>"$0.$OMPI_COMM_WORLD_RANK.err"' \
+    "$work/$name" "$DTRUN" "$@" >"$work/$name.mpirun" 2>&1 || rc=$?
+  cat "$work/$name".[01].out >"$work/$name.out" 2>/dev/null || true
+  cat "$work/$name".[01].err >"$work/$name.err" 2>/dev/null || true
   return $rc
 }
 
@@ -76,13 +82,15 @@ cases=$((cases + 1))
 # 2. Two dtrun processes on one node: refused by each, one line, exit 2.
 printf '%s slots=2\n' "$self" >"$work/one-host"
 rc=0
-timeout -k 5 "$LIMIT" mpirun --hostfile "$work/one-host" -np 2 "$DTRUN" --no_python true \
-  >"$work/two.out" 2>"$work/two.err" || rc=$?
+timeout -k 5 "$LIMIT" mpirun --hostfile "$work/one-host" -np 2 sh -c \
+  'exec "$0" --no_python true 2>"$1.$OMPI_COMM_WORLD_RANK"' "$DTRUN" "$work/two.err" \
+  >"$work/two.mpirun" 2>&1 || rc=$?
 [[ $rc -ne 0 ]] || die "two processes on one node: mpirun exited 0"
 want="dtrun: OMPI_COMM_WORLD_LOCAL_SIZE=2: mpirun started 2 dtrun processes on this node, but dtrun starts the workers itself: run one per node (mpirun --map-by ppr:1:node dtrun --nproc_per_node=N ...), or pass --scheduler none"
-[[ $(grep -cxF "$want" "$work/two.err") -ge 1 ]] ||
-  die "two processes on one node: expected '$want', got: $(cat "$work/two.err")"
-grep -q "Starting dtrun" "$work/two.err" && die "two processes on one node: a dtrun started anyway"
+for r in 0 1; do
+  [[ $(cat "$work/two.err.$r") == "$want" ]] ||
+    die "two processes on one node: rank $r: expected '$want', got: $(cat "$work/two.err.$r")"
+done
 pass "two dtrun on one node refused (mpirun exit $rc)"
 cases=$((cases + 1))
 
@@ -90,8 +98,8 @@ cases=$((cases + 1))
 rc=0
 mpi "$work/hosts-away" away --no_python true || rc=$?
 [[ $rc -ne 0 ]] || die "rank 0 away from mpirun: mpirun exited 0"
-grep -q "dtrun: mpi job with 2 nodes: rank 0 does not run on mpirun's host .*pass --master_addr=<the host of rank 0>" \
-  "$work/away.err" || die "rank 0 away from mpirun: no refusal naming --master_addr: $(cat "$work/away.err")"
+grep -q "^dtrun: mpi job with 2 nodes: rank 0 does not run on mpirun's host .*pass --master_addr=<the host of rank 0>" \
+  "$work/away.0.err" || die "rank 0 away from mpirun: no refusal naming --master_addr: $(cat "$work/away.err")"
 mpi "$work/hosts-away" flag --master_addr=127.0.0.1 --tee=3 --no_python \
   "$HERE/workers/node_worker.sh" env || die "with --master_addr: exit $?: $(tail -n 20 "$work/flag.err")"
 [[ $(grep -c 'ENV RANK=.* WORLD_SIZE=2 ' "$work/flag.out") -eq 2 ]] ||
