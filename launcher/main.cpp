@@ -4,14 +4,18 @@
 #include <exception>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "dtrun/launcher.h"
+
+#include "version.h"
 
 namespace launcher = dtrun::launcher;
 
 int main(int argc, char** argv) {
   try {
     CLI::App app{"dtrun: a torchrun-compatible launcher and elastic agent", "dtrun"};
+    app.set_version_flag("--version", std::string(launcher::versionLine()));
     const auto runStore = launcher::addStoreCommand(app);
     launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {

@@ -10,6 +10,7 @@ packages=(
   libtorch-dev python3-torch
   iproute2 procps gnuplot-nox
   openmpi-bin  # tests/integration/mpirun_test.sh: mpirun starting dtrun per node
+  dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
   elfutils gdb python3-jsonschema
 )
 
