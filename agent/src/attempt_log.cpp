@@ -93,6 +93,9 @@ void AttemptLog::begin(int attempt, const std::filesystem::path& attemptDir,
     rank.localRank = localRank;
     rank.rank = (assignment ? assignment->rankOffset : 0) + localRank;
     rank.logDir = attemptDir.empty() ? "" : (attemptDir / std::to_string(localRank)).string();
+    if (static_cast<std::size_t>(localRank) < config_.placement.size()) {
+      rank.placement = config_.placement[static_cast<std::size_t>(localRank)];
+    }
     a.ranks.push_back(rank);
   }
   record_.attempts.push_back(std::move(a));

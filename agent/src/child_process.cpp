@@ -1,5 +1,6 @@
 #include "child_process.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -8,11 +9,14 @@
 #include <unordered_set>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "dtrun/placement.h"
 
 #include "worker_guardian.h"
 
@@ -20,6 +24,74 @@ namespace dtrun::agent::detail {
 namespace {
 
 constexpr int kExitParentGone = 126;
+
+// What the child reports through the error pipe before it exits: which step failed, and errno.
+enum ChildStep : int { kStepExec = 0, kStepAffinity = 1 };
+
+// The placement a child applies to itself, prepared before fork: the child may not allocate.
+struct Placement {
+  cpu_set_t* cpus = nullptr;  // CPU_ALLOC'd; null = inherited
+  std::size_t cpuSetSize = 0;
+  std::vector<unsigned long> nodeMask;       // set_mempolicy's bitmask; empty = default policy
+  std::vector<unsigned long> firstNodeMask;  // the lowest node of nodeMask alone
+  bool manyNodes = false;
+
+  explicit Placement(const SpawnRequest& request) {
+    if (!request.cpus.empty()) {
+      const int count = *std::max_element(request.cpus.begin(), request.cpus.end()) + 1;
+      cpus = CPU_ALLOC(count);
+      cpuSetSize = CPU_ALLOC_SIZE(count);
+      CPU_ZERO_S(cpuSetSize, cpus);
+      for (const int cpu : request.cpus) {
+        CPU_SET_S(static_cast<std::size_t>(cpu), cpuSetSize, cpus);
+      }
+    }
+    constexpr std::size_t kBits = 8 * sizeof(unsigned long);
+    const auto setBit = [](std::vector<unsigned long>& mask, std::size_t bit, std::size_t words) {
+      mask.resize(words, 0UL);
+      mask[bit / kBits] |= 1UL << (bit % kBits);
+    };
+    if (!request.memNodes.empty()) {
+      const auto highest = static_cast<std::size_t>(
+          *std::max_element(request.memNodes.begin(), request.memNodes.end()));
+      for (const int node : request.memNodes) {
+        setBit(nodeMask, static_cast<std::size_t>(node), highest / kBits + 1);
+      }
+      const auto lowest = static_cast<std::size_t>(
+          *std::min_element(request.memNodes.begin(), request.memNodes.end()));
+      setBit(firstNodeMask, lowest, highest / kBits + 1);
+      manyNodes = lowest != highest;
+    }
+  }
+  Placement(const Placement&) = delete;
+  Placement& operator=(const Placement&) = delete;
+  Placement(Placement&&) = delete;
+  Placement& operator=(Placement&&) = delete;
+  ~Placement() {
+    if (cpus != nullptr) {
+      CPU_FREE(cpus);
+    }
+  }
+
+  // In the child: false with errno when the affinity cannot be set.
+  [[nodiscard]] bool apply() const {
+    if (cpus != nullptr && ::sched_setaffinity(0, cpuSetSize, cpus) != 0) {
+      return false;
+    }
+    if (!nodeMask.empty()) {
+      // MPOL_PREFERRED_MANY (5, Linux 5.15) for several nodes, else MPOL_PREFERRED (1) for the
+      // first; a node this kernel lacks leaves the default policy.
+      constexpr long kPreferred = 1;
+      constexpr long kPreferredMany = 5;
+      const unsigned long maxNode = nodeMask.size() * 8 * sizeof(unsigned long) + 1;
+      if (!manyNodes ||
+          ::syscall(SYS_set_mempolicy, kPreferredMany, nodeMask.data(), maxNode) != 0) {
+        static_cast<void>(::syscall(SYS_set_mempolicy, kPreferred, firstNodeMask.data(), maxNode));
+      }
+    }
+    return true;
+  }
+};
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -29,8 +101,8 @@ int pidfdSendSignal(int pidfd, int signal) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only (no allocation, no
 // logging, no exceptions).
-[[noreturn]] void execChild(const SpawnRequest& request, char* const* argv, char* const* envp,
-                            int errorPipe, pid_t parent) {
+[[noreturn]] void execChild(const SpawnRequest& request, const Placement& placement,
+                            char* const* argv, char* const* envp, int errorPipe, pid_t parent) {
   ::setpgid(0, 0);  // own group: killpg() reaches the worker's own children
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) {  // the agent died before prctl took effect
@@ -54,9 +126,13 @@ int pidfdSendSignal(int pidfd, int signal) {
   // any descendant of the worker lives, e.g. after the agent was killed. CLOEXEC rather than
   // close: the error pipe must stay usable should execve fail.
   static_cast<void>(::close_range(STDERR_FILENO + 1, ~0U, CLOSE_RANGE_CLOEXEC));
-  ::execve(request.path.c_str(), argv, envp);
-  const int err = errno;
-  [[maybe_unused]] const ssize_t written = ::write(errorPipe, &err, sizeof err);
+  std::array<int, 2> failure{kStepAffinity, 0};
+  if (placement.apply()) {
+    ::execve(request.path.c_str(), argv, envp);
+    failure[0] = kStepExec;
+  }
+  failure[1] = errno;
+  [[maybe_unused]] const ssize_t written = ::write(errorPipe, failure.data(), sizeof failure);
   ::_exit(127);
 }
 
@@ -141,13 +217,14 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
   UniqueFd errorWrite(errorPipe[1]);
   const auto argv = pointers(request.argv);
   const auto envp = pointers(request.env);
+  const Placement placement(request);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     return Status::system("fork", errno);
   }
   if (pid == 0) {
-    execChild(request, argv.data(), envp.data(), errorWrite.get(), parent);
+    execChild(request, placement, argv.data(), envp.data(), errorWrite.get(), parent);
   }
   ::setpgid(pid, pid);  // also here, so there is no race over who runs first
   setOwned(pid, true);
@@ -162,28 +239,33 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
     setOwned(pid, false);
     return Status::system("pidfd_open", err);
   }
-  return ChildProcess(pid, std::move(pidfd), std::move(errorRead), request.path);
+  return ChildProcess(pid, std::move(pidfd), std::move(errorRead), request.path,
+                      placement::formatCpuList(request.cpus));
 }
 
 Status ChildProcess::confirmExec() {
   if (!execError_.valid()) {
     return Status::ok();
   }
-  int childErrno = 0;
+  std::array<int, 2> failure{};  // {ChildStep, errno}
   ssize_t n = 0;
   do {
-    n = ::read(execError_.get(), &childErrno, sizeof childErrno);
+    n = ::read(execError_.get(), failure.data(), sizeof failure);
   } while (n < 0 && errno == EINTR);
   execError_.reset();
-  if (n != static_cast<ssize_t>(sizeof childErrno)) {
+  if (n != static_cast<ssize_t>(sizeof failure)) {
     return Status::ok();  // EOF: the pipe closed on exec
   }
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   markReaped();
-  return Status::error(Errc::kNotFound,
-                       "cannot run " + path_ + ": " + std::system_category().message(childErrno));
+  const std::string why = std::system_category().message(failure[1]);
+  if (failure[0] == kStepAffinity) {
+    return Status::error(Errc::kInvalidArgument,
+                         "cannot bind " + path_ + " to CPUs " + cpus_ + ": " + why);
+  }
+  return Status::error(Errc::kNotFound, "cannot run " + path_ + ": " + why);
 }
 
 Result<ChildProcess> ChildProcess::spawn(const SpawnRequest& request) {
@@ -197,6 +279,7 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept
       pidfd_(std::move(other.pidfd_)),
       execError_(std::move(other.execError_)),
       path_(std::move(other.path_)),
+      cpus_(std::move(other.cpus_)),
       reaped_(std::exchange(other.reaped_, true)) {}
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
@@ -209,6 +292,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     pidfd_ = std::move(other.pidfd_);
     execError_ = std::move(other.execError_);
     path_ = std::move(other.path_);
+    cpus_ = std::move(other.cpus_);
     reaped_ = std::exchange(other.reaped_, true);
   }
   return *this;

@@ -30,6 +30,10 @@ struct SpawnRequest {
   std::vector<std::string> env;   // "NAME=value"
   int stdoutFd = -1;              // -1 = inherit
   int stderrFd = -1;
+  // Set between fork and exec: the CPU affinity (empty = inherited; a failure fails the start)
+  // and the preferred memory nodes (empty = the default policy; best effort, as a preference is).
+  std::vector<int> cpus;
+  std::vector<int> memNodes;
 };
 
 // A running child in its own process group that dies with the agent (PR_SET_PDEATHSIG). The
@@ -64,11 +68,12 @@ class ChildProcess {
   [[nodiscard]] std::optional<ExitStatus> tryReap();
 
  private:
-  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd execError, std::string path)
+  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd execError, std::string path, std::string cpus)
       : pid_(pid),
         pidfd_(std::move(pidfd)),
         execError_(std::move(execError)),
-        path_(std::move(path)) {}
+        path_(std::move(path)),
+        cpus_(std::move(cpus)) {}
   void killAndReap();
   void markReaped();
 
@@ -76,6 +81,7 @@ class ChildProcess {
   UniqueFd pidfd_;
   UniqueFd execError_;  // read end of the exec-error pipe until confirmExec()
   std::string path_;
+  std::string cpus_;  // the CPU list it is bound to ("" = not bound), for the error
   bool reaped_ = false;
 };
 

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrun/placement.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -76,6 +78,14 @@ json attemptJson(const JobRecord& job, const AttemptRecord& a) {
                  {"local_rank", r.localRank},
                  {"pid", r.pid > 0 ? json(r.pid) : json(nullptr)},
                  {"log_dir", r.logDir}};
+    if (r.placement) {
+      const LocalPlacement& p = *r.placement;
+      rank["placement"] = {
+          {"cpus", placement::formatCpuList(p.cpus)},
+          {"numa_nodes", placement::formatCpuList(p.memNodes)},
+          {"gpus", p.gpus},
+          {"cuda_visible_devices", p.visibleDevices ? json(*p.visibleDevices) : json(nullptr)}};
+    }
     rank.update(exitJson(r.exit));
     ranks.push_back(rank);
     timelineRanks.push_back({{"rank", r.rank},

@@ -11,6 +11,8 @@
 
 #include <sys/types.h>
 
+#include "dtrun/agent.h"
+
 #include "failure_report.h"
 
 namespace dtrun::agent::detail {
@@ -23,6 +25,7 @@ struct RankRecord {
   int localRank = 0;
   pid_t pid = 0;
   std::string logDir;
+  std::optional<LocalPlacement> placement;             // what it was bound to and saw, if placed
   std::optional<ExitStatus> exit;                      // unset: never started, or never reaped
   std::optional<Clock::time_point> storeConnected;     // from the rank's progress file
   std::optional<Clock::time_point> communicatorReady;  // (libdtrt or the Python helper)

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "dtrun/placement.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -36,6 +38,35 @@ void addPythonHook(const std::string& hookDir, const std::string& rankDir,
   }
 }
 
+// What the launcher placed this rank on: the variables a worker reads its placement from, the
+// GPUs it sees, and as many OpenMP threads as it has CPUs (unless the user chose).
+template <typename Put>
+void addPlacement(const LocalPlacement& placement, bool userSetThreads, bool userSetOrder,
+                  const Put& put) {
+  if (!placement.cpus.empty()) {
+    put("DTRUN_CPUS", placement::formatCpuList(placement.cpus));
+    if (!userSetThreads) {
+      put("OMP_NUM_THREADS", std::to_string(placement.cpus.size()));
+    }
+  }
+  if (!placement.memNodes.empty()) {
+    put("DTRUN_NUMA_NODES", placement::formatCpuList(placement.memNodes));
+  }
+  if (!placement.gpus.empty()) {
+    put("DTRUN_GPUS", placement.gpus);
+  }
+  if (placement.visibleDevices) {
+    put("CUDA_VISIBLE_DEVICES", *placement.visibleDevices);
+    if (!userSetOrder) {
+      // dtrun numbers GPUs by PCI address (sysfs, nvidia-smi); CUDA's default order may differ.
+      put("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    }
+  }
+  if (placement.localRankZero) {
+    put("LOCAL_RANK", "0");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> workerEnvironment(const std::vector<std::string>& inherited,
@@ -57,6 +88,8 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
       put(entry.substr(0, eq), entry.substr(eq + 1));
     }
   }
+  const bool userSetThreads = index.contains("OMP_NUM_THREADS");
+  const bool userSetOrder = index.contains("CUDA_DEVICE_ORDER");
   for (const auto& [name, value] : config.defaultEnv) {
     if (index.find(name) == index.end()) {
       put(name, value);
@@ -112,6 +145,10 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
   put("DTRUN_PROGRESS_FILE", p.progressFile);
   if (!config.pythonHookDir.empty()) {
     addPythonHook(config.pythonHookDir, p.logDir, env, index, put);
+  }
+  if (static_cast<std::size_t>(p.localRank) < config.placement.size()) {
+    addPlacement(config.placement[static_cast<std::size_t>(p.localRank)], userSetThreads,
+                 userSetOrder, put);
   }
   return env;
 }

@@ -166,6 +166,11 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   request.path = config_.executable.empty() ? config_.command.at(0) : config_.executable;
   request.argv = substituteLocalRank(config_.command, w.localRank);
   request.env = workerEnvironment(inheritedEnv_, config_, env);
+  if (static_cast<std::size_t>(w.localRank) < config_.placement.size()) {
+    const LocalPlacement& placed = config_.placement[static_cast<std::size_t>(w.localRank)];
+    request.cpus = placed.cpus;
+    request.memNodes = placed.memNodes;
+  }
   request.stdoutFd = out.second.get();
   request.stderrFd = err.second.get();
   DTRUN_ASSIGN_OR_RETURN(auto child, ChildProcess::start(request));

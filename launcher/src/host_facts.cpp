@@ -15,6 +15,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,9 +151,47 @@ HostFacts readHostFacts() {
       ++deviceNodes;
     }
   }
-  const auto cvd = host.env.find("CUDA_VISIBLE_DEVICES");
-  host.gpuCount = countVisibleGpus(
-      deviceNodes, cvd == host.env.end() ? std::nullopt : std::optional<std::string>(cvd->second));
+  // $DTRUN_SYSFS_ROOT: a recorded machine (tests/placement/topologies) stands in for this one,
+  // whole: its CPUs, cpuset and GPUs, not this process's affinity or /dev's GPUs.
+  const auto sysRoot = host.env.find("DTRUN_SYSFS_ROOT");
+  if (sysRoot != host.env.end()) {
+    host.readTopology = [root = sysRoot->second] {
+      return placement::readTopology(root, placement::ProcessView{});
+    };
+  } else {
+    host.readTopology = [] {
+      placement::ProcessView view;
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+        view.affinity.emplace();
+        for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+          if (CPU_ISSET(cpu, &set)) {
+            view.affinity->push_back(cpu);
+          }
+        }
+      }
+      std::ifstream cgroup("/proc/self/cgroup");
+      std::ostringstream text;
+      text << cgroup.rdbuf();
+      view.cgroup = text.str();
+      return placement::readTopology("/sys", view);
+    };
+  }
+  if (sysRoot != host.env.end()) {
+    const auto recorded = host.readTopology();
+    deviceNodes = recorded.isOk() ? static_cast<int>(recorded.value().gpus.size()) : 0;
+  }
+  // torch counts what CUDA_VISIBLE_DEVICES lets it see; SLURM names a step's GPUs when it did
+  // not set that variable itself.
+  std::optional<std::string> named;
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+    if (const auto it = host.env.find(name); it != host.env.end() && !named) {
+      named = it->second;
+    }
+  }
+  host.deviceNodes = deviceNodes;
+  host.gpuCount = countVisibleGpus(deviceNodes, named);
   host.cpuCount = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   const auto path = host.env.find("PATH");
   const std::string searchPath =

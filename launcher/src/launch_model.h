@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtrun/agent.h"
+#include "dtrun/placement.h"
 
 namespace dtrun::launcher {
 
@@ -25,7 +26,8 @@ struct RawOptions {
 // readHostFacts() so that validate() itself stays pure (tests build their own).
 struct HostFacts {
   std::map<std::string, std::string, std::less<>> env;  // the process environment
-  int gpuCount = 0;                                     // NVIDIA GPUs visible to workers
+  int gpuCount = 0;     // NVIDIA GPUs visible to workers (as torch counts them)
+  int deviceNodes = 0;  // /dev/nvidia<N>: the machine's GPUs when sysfs lists none
   int cpuCount = 1;
   // How to run `entrypoint` directly when it is an executable file: the path as given, "./name"
   // for a program in the working directory, or the bare name when PATH has it. nullopt if none.
@@ -54,6 +56,12 @@ struct HostFacts {
   // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& path)> readFile =
       [](const std::string&) { return std::optional<std::string>(); };
+  // The machine's CPUs, NUMA nodes and GPUs as this process may use them (readHostFacts: from
+  // $DTRUN_SYSFS_ROOT or /sys, the affinity and the cgroup's cpuset). Called only when a
+  // placement option needs it.
+  std::function<Result<placement::Topology>()> readTopology = [] {
+    return Result<placement::Topology>(Status::invalidArgument("no topology was recorded"));
+  };
   // A fresh run id for --standalone or an empty --rdzv_id (readHostFacts: random UUID text).
   std::function<std::string()> makeRunId = [] { return std::string("random-run-id"); };
 };
@@ -72,7 +80,9 @@ struct LaunchPlan {
   std::string scheduler;
   std::vector<std::string> notices;   // printed verbatim to stderr (torchrun's boxed notices)
   std::vector<std::string> warnings;  // logged at warn level once logging is up
-  bool dryRun = false;                // --dry-run: print the plan and start nothing
+  std::string placement;              // the placement options given ("" = none)
+  std::vector<std::string> placementByRank;  // each local rank's placement, in words
+  bool dryRun = false;                       // --dry-run: print the plan and start nothing
 };
 
 }  // namespace dtrun::launcher

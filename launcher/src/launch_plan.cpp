@@ -9,6 +9,7 @@
 #include "dtrun/scheduler.h"
 
 #include "option_table.h"
+#include "placement_options.h"
 #include "plan_text.h"
 #include "resolver.h"
 #include "scheduler_merge.h"
@@ -56,10 +57,6 @@ Status checkUnsupported(const Resolver& options) {
         specs->source +
         ": custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, --redirects, " +
         "--tee and --local_ranks_filter), got '" + specs->text + "'");
-  }
-  if (const auto numa = options.find("numa_binding")) {
-    return Status::invalidArgument(numa->source + ": NUMA binding is not supported yet, got '" +
-                                   numa->text + "'");
   }
   return Status::ok();
 }
@@ -467,11 +464,6 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return Status::invalidArgument(
         "-m/--module and --no_python cannot be used together (a module needs python)");
   }
-  if (virtualLocalRank) {
-    return Status::invalidArgument(
-        options.find("virtual_local_rank")->source +
-        ": not supported yet (every worker sees all GPUs; pick one with LOCAL_RANK)");
-  }
   DTRUN_TRY(checkUnsupported(options));
 
   DTRUN_ASSIGN_OR_RETURN(auto allocation, detectScheduler(options, host, standalone, plan));
@@ -491,8 +483,12 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   const auto nodeRankSetting = options.get("node_rank", "0");
   DTRUN_ASSIGN_OR_RETURN(auto nodeRank, parseNonNegative(nodeRankSetting));
 
-  DTRUN_ASSIGN_OR_RETURN(auto nproc, parseNproc(options.get("nproc_per_node", "1"), host));
+  DTRUN_ASSIGN_OR_RETURN(const int usableGpus, usableGpuCount(options, host));
+  HostFacts counted = host;  // --nproc_per_node=gpu counts --gpus when given
+  counted.gpuCount = usableGpus;
+  DTRUN_ASSIGN_OR_RETURN(auto nproc, parseNproc(options.get("nproc_per_node", "1"), counted));
   config.nprocPerNode = nproc;
+  DTRUN_TRY(resolvePlacement(options, host, virtualLocalRank, plan));
 
   DTRUN_TRY(resolveRendezvous(options, host, standalone, plan));
   if (plan.rdzvBackend == "static" && nodeRank >= plan.maxNodes) {
@@ -574,7 +570,9 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
                          "cannot run " + config.entrypointName + ": No such file or directory");
   }
 
-  if (config.nprocPerNode > 1 && !options.env("OMP_NUM_THREADS")) {
+  const bool bound = std::any_of(config.placement.begin(), config.placement.end(),
+                                 [](const auto& p) { return !p.cpus.empty(); });
+  if (config.nprocPerNode > 1 && !options.env("OMP_NUM_THREADS") && !bound) {
     config.defaultEnv.emplace_back("OMP_NUM_THREADS", "1");
     plan.notices.emplace_back(
         "*****************************************\n"

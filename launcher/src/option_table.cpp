@@ -62,7 +62,20 @@ constexpr std::array kOptions = {
                "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
     OptionSpec{"logs_specs", "", Kind::kValue, false,
                "Custom torchelastic LogsSpecs: Python plugins, refused (use --log_dir, -r, -t)"},
-    OptionSpec{"numa_binding", "", Kind::kValue, false, "NUMA binding: not supported yet"},
+    OptionSpec{"numa_binding", "", Kind::kValue, false,
+               "Bind each rank's CPUs and memory next to its GPU: node, socket, exclusive or "
+               "core-complex (torchrun's modes; default off)"},
+    OptionSpec{"cpu_binding", "", Kind::kValue, false,
+               "split: divide this process's CPUs among the local ranks by physical core, for "
+               "jobs without GPUs; none (default)"},
+    OptionSpec{"gpus", "", Kind::kValue, false,
+               "The GPUs this node's workers use, as CUDA_VISIBLE_DEVICES names them, e.g. 0,2,5 "
+               "(default: every visible GPU); --nproc_per_node=gpu counts them"},
+    OptionSpec{"gpus_per_worker", "", Kind::kValue, false,
+               "Give each worker N GPUs of its own through CUDA_VISIBLE_DEVICES (LOCAL_RANK "
+               "unchanged)"},
+    OptionSpec{"workers_per_gpu", "", Kind::kValue, false,
+               "Put N workers on each GPU, each seeing only that GPU (LOCAL_RANK unchanged)"},
     OptionSpec{"signals_to_handle", "", Kind::kValue, true,
                "Signals forwarded to the workers before dtrun exits (default "
                "SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
@@ -70,7 +83,7 @@ constexpr std::array kOptions = {
                "Seconds from the forwarded signal to SIGKILL (default "
                "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
-               "One visible GPU per worker: not supported yet"},
+               "Each worker sees only its GPU, as device 0, and gets LOCAL_RANK=0 (torchrun's)"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,
                "Comma list of strings (,, for a comma): tee'd stdout lines containing one are "
                "also copied to <attempt dir>/filtered_stdout.log"},

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "dtrun/placement.h"
+
 namespace dtrun::launcher {
 namespace {
 
@@ -83,6 +85,10 @@ std::string launchBanner(const LaunchPlan& plan) {
           ? std::string("0 (off)")
           : formatSeconds(static_cast<double>(config.hangTimeout.count()) / 1000) + " s");
   row("report", config.reportFile.empty() ? "(none)" : config.reportFile);
+  row("placement", plan.placement.empty() ? "(none)" : plan.placement);
+  for (std::size_t local = 0; local < plan.placementByRank.size(); ++local) {
+    row("  local rank " + std::to_string(local), plan.placementByRank[local]);
+  }
   return text;
 }
 
@@ -108,14 +114,35 @@ std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& i
         << "  " << std::setw(20) << "hosts_store"
         << ": " << (multi->hostsStore ? "yes" : "no") << "\n";
   }
+  // With a placement, the table gains its columns: what each rank uses and is bound to.
+  const bool placed = !config.placement.empty();
+  const auto placementOf = [&config](int local) {
+    return config.placement[static_cast<std::size_t>(local)];
+  };
+  std::size_t cpuWidth = 5;
+  for (int local = 0; placed && local < config.nprocPerNode; ++local) {
+    cpuWidth = std::max(cpuWidth, placement::formatCpuList(placementOf(local).cpus).size() + 2);
+  }
   out << "\nRank table (node " << nodeRank << " of " << nodeCount << ", world size "
       << nodeCount * config.nprocPerNode << "):\n"
-      << "  rank  local_rank  node_rank  log_dir\n";
+      << "  rank  local_rank  node_rank  ";
+  if (placed) {
+    out << std::left << std::setw(8) << "gpu" << std::setw(static_cast<int>(cpuWidth)) << "cpus"
+        << std::setw(6) << "numa";
+  }
+  out << "log_dir\n";
   const int offset = nodeRank * config.nprocPerNode;
   for (int local = 0; local < config.nprocPerNode; ++local) {
     out << "  " << std::left << std::setw(6) << offset + local << std::setw(12) << local
-        << std::setw(11) << nodeRank << logBase
-        << (config.discardsLogs() ? "" : "/" + std::to_string(local)) << "\n";
+        << std::setw(11) << nodeRank;
+    if (placed) {
+      const auto& p = placementOf(local);
+      const auto orDash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
+      out << std::setw(8) << orDash(p.gpus) << std::setw(static_cast<int>(cpuWidth))
+          << orDash(placement::formatCpuList(p.cpus)) << std::setw(6)
+          << orDash(placement::formatCpuList(p.memNodes));
+    }
+    out << logBase << (config.discardsLogs() ? "" : "/" + std::to_string(local)) << "\n";
   }
   std::set<std::string> inheritedEntries(inherited.begin(), inherited.end());
   for (int local = 0; local < config.nprocPerNode; ++local) {

@@ -59,6 +59,16 @@ constexpr int kExitCannotRun = 127;
 // --log_dir's value that writes no log files (torchrun compares it with os.devnull exactly).
 inline constexpr std::string_view kDiscardLogs = "/dev/null";
 
+// What one local rank is bound to and sees (--numa-binding, --cpu_binding, --gpus,
+// --gpus_per_worker, --workers_per_gpu, --virtual-local-rank), planned by the launcher.
+struct LocalPlacement {
+  std::vector<int> cpus;      // its CPU affinity, set before exec (empty = inherited)
+  std::vector<int> memNodes;  // its preferred memory nodes (empty = the default policy)
+  std::string gpus;           // the GPUs it uses, as CUDA_VISIBLE_DEVICES names them ("" = none)
+  std::optional<std::string> visibleDevices;  // its CUDA_VISIBLE_DEVICES (nullopt = inherited)
+  bool localRankZero = false;                 // --virtual-local-rank: LOCAL_RANK=0, as torchrun
+};
+
 struct AgentConfig {
   // What every worker runs. command[0] is the program as the user named it (a path, or a name
   // looked up in PATH); the literal "${local_rank}" in any element is replaced by the worker's
@@ -126,6 +136,10 @@ struct AgentConfig {
   // Set in every worker's environment unless the agent's environment already has them
   // (e.g. OMP_NUM_THREADS=1 when nproc > 1).
   std::vector<std::pair<std::string, std::string>> defaultEnv;
+  // Per local rank (empty = nothing placed): CPUs and memory applied between fork and exec,
+  // CUDA_VISIBLE_DEVICES, and DTRUN_CPUS / DTRUN_NUMA_NODES / DTRUN_GPUS for the worker to read;
+  // OMP_NUM_THREADS follows the bound CPU count unless the user set it.
+  std::vector<LocalPlacement> placement;
 };
 
 // --log-line-prefix-template: the variables it may name, and its default (torchrun's prefix).
