@@ -4,6 +4,7 @@
 #include <set>
 
 #include "dtrun/placement.h"
+
 #include "text.h"
 
 namespace dtrun::launcher {
@@ -24,8 +25,8 @@ Result<std::vector<std::string>> parseGpuList(const Setting& setting) {
     }
     const std::string index = std::to_string(*parseInt(entry));
     if (std::find(gpus.begin(), gpus.end(), index) != gpus.end()) {
-      return Status::invalidArgument(setting.source + ": GPU " + index +
-                                     " is listed twice in '" + setting.text + "'");
+      return Status::invalidArgument(setting.source + ": GPU " + index + " is listed twice in '" +
+                                     setting.text + "'");
     }
     gpus.push_back(index);
   }
@@ -133,19 +134,18 @@ Status resolvePlacement(const Resolver& options, const HostFacts& host, bool vir
     auto read = host.readTopology();
     if (!read.isOk()) {
       if (needsTopology) {
-        return Status::invalidArgument(binding.second + ": cannot read this machine's topology: " +
-                                       read.status().message());
+        return Status::invalidArgument(
+            binding.second + ": cannot read this machine's topology: " + read.status().message());
       }
     } else {
       topology = std::move(read).value();
     }
   }
-  const int gpuCount = topology && !topology->gpus.empty()
-                           ? static_cast<int>(topology->gpus.size())
-                           : host.deviceNodes;
-  const auto visible = placement::visibleDevices(
-      envOf(host, "CUDA_VISIBLE_DEVICES"), envOf(host, "SLURM_STEP_GPUS"),
-      envOf(host, "SLURM_JOB_GPUS"), gpuCount);
+  const int gpuCount = topology && !topology->gpus.empty() ? static_cast<int>(topology->gpus.size())
+                                                           : host.deviceNodes;
+  const auto visible =
+      placement::visibleDevices(envOf(host, "CUDA_VISIBLE_DEVICES"), envOf(host, "SLURM_STEP_GPUS"),
+                                envOf(host, "SLURM_JOB_GPUS"), gpuCount);
   if (gpusSetting) {
     DTRUN_ASSIGN_OR_RETURN(request.devices, parseGpuList(*gpusSetting));
     request.devicesGiven = true;
@@ -158,12 +158,12 @@ Status resolvePlacement(const Resolver& options, const HostFacts& host, bool vir
         for (const auto& v : visible) {
           list += (list.empty() ? "" : ",") + v;
         }
-        return Status::invalidArgument(
-            gpusSetting->source + ": GPU " + gpu + " is not " +
-            (named ? "among the visible GPUs (" + list + ")"
-                   : "on this machine (" + std::to_string(gpuCount) + " GPUs: " +
-                         (list.empty() ? "none" : list) + ")") +
-            "; name GPUs that " + (named ? "are visible" : "exist"));
+        return Status::invalidArgument(gpusSetting->source + ": GPU " + gpu + " is not " +
+                                       (named ? "among the visible GPUs (" + list + ")"
+                                              : "on this machine (" + std::to_string(gpuCount) +
+                                                    " GPUs: " + (list.empty() ? "none" : list) +
+                                                    ")") +
+                                       "; name GPUs that " + (named ? "are visible" : "exist"));
       }
     }
   } else {

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "dtrun/placement.h"
+
 #include "text.h"
 
 namespace dtrun::placement {
@@ -19,7 +20,8 @@ Result<std::vector<int>> parseCpuList(std::string_view text) {
   for (const std::string_view item : text::split(trimmed, ',')) {
     const auto dash = item.find('-');
     const auto first = text::parseInt(item.substr(0, dash));
-    const auto last = dash == std::string_view::npos ? first : text::parseInt(item.substr(dash + 1));
+    const auto last =
+        dash == std::string_view::npos ? first : text::parseInt(item.substr(dash + 1));
     if (!first || !last || *first < 0 || *last < *first || *last >= kMaxCpuId) {
       return Status::invalidArgument("'" + std::string(trimmed) +
                                      "' is not a CPU list (expected ids and ranges: 0-3,8)");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dtrun/placement.h"
+
 #include "text.h"
 
 namespace dtrun::placement {
@@ -88,15 +89,16 @@ class Planner {
     const bool split = shares == 1;
     const std::size_t needed = split ? (n * per + sharing - 1) / sharing : 0;
     if (split && needed > devices.size()) {
-      const std::string how = request_.virtualLocalRank ? "--virtual-local-rank gives each"
+      const std::string how = request_.virtualLocalRank ? "--virtual-local-rank (a GPU per rank)"
                               : request_.gpusPerWorker > 0
-                                  ? "--gpus_per_worker=" + std::to_string(per) + " gives each"
-                                  : "--workers_per_gpu=" + std::to_string(sharing) + " shares";
+                                  ? "--gpus_per_worker=" + std::to_string(per)
+                                  : "--workers_per_gpu=" + std::to_string(sharing);
       return Status::invalidArgument(
-          how + " of " + std::to_string(n) + " local ranks its GPUs, which needs " +
-          std::to_string(needed) + " GPUs, but " + std::to_string(devices.size()) +
-          (devices.empty() ? " are visible" : " are in the list (" + joined(devices) + ")") +
-          "; lower --nproc_per_node or give more GPUs");
+          how + ": " + std::to_string(n) + " local ranks need " + std::to_string(needed) +
+          " GPUs, but " +
+          (devices.empty() ? std::string("none is visible")
+                           : std::to_string(devices.size()) + " are (" + joined(devices) + ")") +
+          "; lower --nproc_per_node or make more GPUs visible");
     }
     for (std::size_t rank = 0; rank < n; ++rank) {
       RankPlacement& p = plan.ranks[rank];
@@ -144,10 +146,10 @@ class Planner {
       }
     }
     if (units.size() < n) {
-      return Status::invalidArgument(
-          bindingText() + ": " + std::to_string(n) + " local ranks but only " +
-          std::to_string(units.size()) + " CPUs may be used (" + cpuListOf(cpus) +
-          "); lower --nproc_per_node or leave the binding out");
+      return Status::invalidArgument(bindingText() + ": " + std::to_string(n) +
+                                     " local ranks but only " + std::to_string(units.size()) +
+                                     " CPUs may be used (" + cpuListOf(cpus) +
+                                     "); lower --nproc_per_node or leave the binding out");
     }
     for (std::size_t rank = 0; rank < n; ++rank) {
       const auto [begin, end] = slice(units.size(), n, rank);
@@ -313,9 +315,12 @@ class Planner {
 
 std::optional<Binding> parseBinding(std::string_view text) {
   static const std::map<std::string_view, Binding> kNames = {
-      {"none", Binding::kNone},           {"node", Binding::kNode},
-      {"socket", Binding::kSocket},       {"exclusive", Binding::kExclusive},
-      {"core-complex", Binding::kCoreComplex}, {"split", Binding::kSplit}};
+      {"none", Binding::kNone},
+      {"node", Binding::kNode},
+      {"socket", Binding::kSocket},
+      {"exclusive", Binding::kExclusive},
+      {"core-complex", Binding::kCoreComplex},
+      {"split", Binding::kSplit}};
   const auto it = kNames.find(text);
   return it == kNames.end() ? std::nullopt : std::optional(it->second);
 }

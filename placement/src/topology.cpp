@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "dtrun/placement.h"
+
 #include "text.h"
 
 namespace dtrun::placement {
@@ -84,8 +85,8 @@ Result<std::optional<std::vector<int>>> readCpuset(const fs::path& cgroupRoot,
     }
   }
   const auto relative = [](const std::string& path) { return fs::path(path).relative_path(); };
-  DTRUN_ASSIGN_OR_RETURN(auto v2, readCpuList(cgroupRoot / relative(v2Path) /
-                                               "cpuset.cpus.effective"));
+  DTRUN_ASSIGN_OR_RETURN(auto v2,
+                         readCpuList(cgroupRoot / relative(v2Path) / "cpuset.cpus.effective"));
   if (v2 || v1Path.empty()) {
     return v2;
   }

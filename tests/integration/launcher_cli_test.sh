@@ -64,7 +64,7 @@ expect_usage_error --signals_to_handle --signals-to-handle=SIGNOPE train.py
 expect_usage_error --signals_to_handle --signals_to_handle=SIGKILL train.py
 expect_usage_error --role --role= train.py
 expect_usage_error --log-level --log-level=loud train.py
-expect_usage_error --virtual_local_rank --virtual-local-rank train.py
+expect_usage_error --virtual-local-rank --virtual-local-rank train.py  # no GPU here
 expect_usage_error --event_log_handler --event_log_handler=console train.py
 expect_usage_error --numa_binding --numa-binding=node train.py
 expect_usage_error "--no_python" -m --no_python train

@@ -599,8 +599,8 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"-m", "--no_python", "x"},
        "-m/--module and --no_python cannot be used together (a module needs python)"},
       {{"--virtual_local_rank", "x.py"},
-       "--virtual_local_rank: not supported yet (every worker sees all GPUs; pick one with "
-       "LOCAL_RANK)"},
+       "--virtual-local-rank (a GPU per rank): 1 local ranks need 1 GPUs, but none is visible; "
+       "lower --nproc_per_node or make more GPUs visible"},
       {{"--event_log_handler=console", "x.py"},
        "--event_log_handler: only 'null' is supported (torchelastic event handlers are Python "
        "plugins; --report writes the job's events as JSON), got 'console'"},
@@ -608,7 +608,17 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "--logs_specs: custom LogsSpecs are Python plugins dtrun cannot load (use --log_dir, "
        "--redirects, --tee and --local_ranks_filter), got 'mine'"},
       {{"--numa_binding=node", "x.py"},
-       "--numa_binding: NUMA binding is not supported yet, got 'node'"},
+       "--numa_binding=node: cannot read this machine's topology: no topology was recorded"},
+      {{"--numa-binding=node", "--cpu_binding=split", "x.py"},
+       "--numa_binding and --cpu_binding both choose the CPUs of each rank: give one "
+       "(--numa-binding binds next to each rank's GPU, --cpu_binding=split divides the CPUs "
+       "without GPUs)"},
+      {{"--cpu_binding=even", "x.py"}, "--cpu_binding: expected split or none, got 'even'"},
+      {{"--gpus=0,x", "x.py"},
+       "--gpus: expected GPU indices as CUDA_VISIBLE_DEVICES names them, e.g. 0,2,5, got '0,x'"},
+      {{"--gpus=1,1", "x.py"}, "--gpus: GPU 1 is listed twice in '1,1'"},
+      {{"--gpus_per_worker=0", "x.py"},
+       "--gpus_per_worker: expected a whole number from 1 to 1024, got '0'"},
       {{"--log-line-prefix-template=[${node}]", "x.py"},
        "--log_line_prefix_template: unknown variable ${node} in '[${node}]'; use ${role_name}, "
        "${rank}, ${local_rank}, ${hostname} or ${pid}"},

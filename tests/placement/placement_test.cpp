@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "dtrun/placement.h"
 
 #include <sched.h>
 
-#include "dtrun/placement.h"
+#include <catch2/catch.hpp>
 
 using namespace dtrun::placement;
 
@@ -61,8 +61,8 @@ TEST_CASE("a recorded 2-socket 8-GPU machine is read from its sysfs", "[unit][pl
   CHECK(t.gpus[2].numaNode == 1);
   const Cpu& cpu37 = t.cpus[37];
   CHECK(cpu37.id == 37);
-  CHECK(cpu37.core == 5);    // the sibling of cpu 5
-  CHECK(cpu37.cache == 4);   // the core complex of cores 4-7
+  CHECK(cpu37.core == 5);   // the sibling of cpu 5
+  CHECK(cpu37.cache == 4);  // the core complex of cores 4-7
   CHECK(cpu37.socket == 0);
   CHECK(cpu37.numaNode == 0);
   const Topology intel = recorded("intel-1s4g");
@@ -101,7 +101,7 @@ TEST_CASE("the allowed CPUs follow the affinity and the cgroup's cpuset", "[unit
   CHECK(here.value().cpus.size() == self.affinity->size());
 }
 
-TEST_CASE("--numa-binding=node and socket follow torch's choice of CPUs", "[unit][placement]") {
+TEST_CASE("numa-binding node and socket follow torch's choice of CPUs", "[unit][placement]") {
   const Topology t = recorded("amd-2s8g");
   const Plan node = planOk(t, bind(Binding::kNode, 8, indices(8)));
   CHECK(formatCpuList(node.ranks[0].cpus) == "0-7,32-39");
@@ -202,8 +202,8 @@ TEST_CASE("impossible placements are refused with one line that says what to do"
   Request tooMany = bind(Binding::kNone, 5, indices(8));
   tooMany.gpusPerWorker = 2;
   CHECK(refusal(t, tooMany) ==
-        "--gpus_per_worker=2 gives each of 5 local ranks its GPUs, which needs 10 GPUs, but 8 "
-        "are in the list (0,1,2,3,4,5,6,7); lower --nproc_per_node or give more GPUs");
+        "--gpus_per_worker=2: 5 local ranks need 10 GPUs, but 8 are (0,1,2,3,4,5,6,7); lower "
+        "--nproc_per_node or make more GPUs visible");
   Request both = bind(Binding::kNone, 2, indices(8));
   both.virtualLocalRank = true;
   both.gpusPerWorker = 1;

@@ -28,9 +28,9 @@ struct Cpu {
 };
 
 struct Gpu {
-  int index = 0;            // as CUDA_VISIBLE_DEVICES names it: PCI bus order
-  std::string pciAddress;   // "0000:1b:00.0"
-  int numaNode = 0;         // the device's numa_node (-1, "no affinity", read as 0, as torch)
+  int index = 0;           // as CUDA_VISIBLE_DEVICES names it: PCI bus order
+  std::string pciAddress;  // "0000:1b:00.0"
+  int numaNode = 0;        // the device's numa_node (-1, "no affinity", read as 0, as torch)
 };
 
 struct Topology {

@@ -11,6 +11,9 @@ Each machine is a real layout in miniature:
                numa_node is -1 (no affinity reported).
   cpu-2s       2 sockets of 4 cores without SMT, a NUMA node each, no GPU.
   no-numa      4 CPUs, 1 GPU and no devices/system/node (a kernel without NUMA).
+  pair-2n2g    CPUs 0 and 1 on NUMA nodes 0 and 1, a GPU on each: the integration tests run real
+               workers against it on any machine whose process may use CPUs 0 and 1.
+  far-1n1g     CPUs 200-203 on one node and a GPU: binding there fails on a smaller machine.
 """
 import os
 import shutil
@@ -104,8 +107,21 @@ def no_numa():
     machine("no-numa", cpus, [("0000:01:00.0", "0x10de", "0x030200", -1)], numa=False)
 
 
+def pair():
+    cpus = {cpu: (cpu, cpu, [cpu], [cpu]) for cpu in range(2)}
+    gpus = [("0000:01:00.0", "0x10de", "0x030200", 0), ("0000:81:00.0", "0x10de", "0x030200", 1)]
+    machine("pair-2n2g", cpus, gpus)
+
+
+def far():
+    cpus = {cpu: (0, 0, [cpu], list(range(200, 204))) for cpu in range(200, 204)}
+    machine("far-1n1g", cpus, [("0000:01:00.0", "0x10de", "0x030200", 0)])
+
+
 if __name__ == "__main__":
     amd()
     intel()
     cpu_only()
     no_numa()
+    pair()
+    far()
