@@ -79,7 +79,6 @@ flux_task() {  # <task rank>: the variables flux run gives that task
     FLUX_TASK_LOCAL_ID=0 FLUX_JOB_TMPDIR="$work" FLUX_URI="local://$work/flux-local" \
     FLUX_KVS_NAMESPACE="job-$flux_n" PMI_RANK="$1" PMI_SIZE=2 PMI_FD=99
 }
-read -ra task0 <<<"$(flux_task 0)"
 read -ra task1 <<<"$(flux_task 1)"
 
 refused "dtrun: flux job with 2 nodes: flux run exports no host (FLUX_JOB_ID, FLUX_TASK_RANK): pass --master_addr=<the host of task 0>" \
@@ -100,12 +99,11 @@ pass "flux --dry-run: job $flux_id = $flux_n, node 1 of 2, port $flux_port"
 cases=$((cases + 1))
 
 for t in 0 1; do
-  declare -n vars="task$t"
+  read -ra vars <<<"$(flux_task "$t")"
   env "${vars[@]}" timeout -k 5 "$LIMIT" "$DTRUN" --master_addr=127.0.0.1 --nproc_per_node=2 \
     --tee=3 --log_dir="$work/flux-logs" --no_python "$HERE/workers/node_worker.sh" env \
     >"$work/flux-run$t.out" 2>"$work/flux-run$t.err" &
   pids+=($!)
-  unset -n vars
 done
 for p in "${pids[@]}"; do
   wait "$p" || die "flux run: a task's dtrun exited $?: $(tail -n 5 "$work"/flux-run*.err)"
