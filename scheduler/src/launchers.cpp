@@ -190,17 +190,19 @@ Result<Allocation> detectFlux(const Env& env) {
   int tasks = a.nodeCount;
   if (const auto size = env.first({"FLUX_JOB_SIZE"})) {
     DTRUN_ASSIGN_OR_RETURN(tasks, countOf(*size, "a task count"));
-    if (tasks > a.nodeCount && a.nodeCount > 0) {
-      // Tasks are spread over the nodes (block mapping by default); some node holds the ceiling.
-      a.tasksOnThisNode = (tasks + a.nodeCount - 1) / a.nodeCount;
-      a.tasksFrom = size->first + "=" + size->second + " on " + a.hostsFrom;
-    }
   }
   if (a.nodeCount == 0 || taskRank >= std::max(tasks, a.nodeCount)) {
     return malformed(*rank, "out of range for " + a.hostsFrom);
   }
-  // One task per node: the task rank is the node's place in the job.
-  a.nodeIndex = taskRank;
+  // One task per node: the task rank is the node's place in the job. Several (refused later):
+  // the node of the task under Flux's default block mapping, where some hold the ceiling.
+  int perNode = 1;
+  if (tasks > a.nodeCount) {
+    perNode = (tasks + a.nodeCount - 1) / a.nodeCount;
+    a.tasksOnThisNode = perNode;
+    a.tasksFrom = "FLUX_JOB_SIZE=" + std::to_string(tasks) + " on " + a.hostsFrom;
+  }
+  a.nodeIndex = std::min(taskRank / perNode, a.nodeCount - 1);
   a.nodeIndexFrom = rank->first + "=" + rank->second;
   a.masterMissing =
       "flux run exports no host (FLUX_JOB_ID, FLUX_TASK_RANK): pass --master_addr=<the host of "

@@ -65,7 +65,8 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
     }
   }
   const auto modes = {scheduler::Mode::kAuto, scheduler::Mode::kSlurm, scheduler::Mode::kPbs,
-                      scheduler::Mode::kNone};
+                      scheduler::Mode::kNone, scheduler::Mode::kLsf,   scheduler::Mode::kFlux,
+                      scheduler::Mode::kMpi};
   const scheduler::Mode mode = *(modes.begin() + data[0] % modes.size());
   const auto allocation = scheduler::detect(mode, job);
   if (!allocation.isOk()) {
@@ -73,9 +74,16 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
     return;
   }
   if (const auto& a = allocation.value()) {
-    assertInvariant(!a->hosts.empty(), kName, "an allocation without hosts");
-    assertInvariant(a->nodeIndex >= 0 && static_cast<std::size_t>(a->nodeIndex) < a->hosts.size(),
-                    kName, "this node's index is outside the host list");
+    // MPI launchers and Flux name no hosts; the others name one per node.
+    assertInvariant(a->hosts.empty() || a->hosts.size() == static_cast<std::size_t>(a->nodeCount),
+                    kName, "a host list that is not one host per node");
+    assertInvariant(
+        !a->hosts.empty() || a->kind == scheduler::Kind::kMpi || a->kind == scheduler::Kind::kFlux,
+        kName, "a batch allocation without hosts");
+    assertInvariant(a->nodeIndex >= 0 && a->nodeIndex < a->nodeCount, kName,
+                    "this node's index is outside the node count");
+    assertInvariant(!a->master.empty() || !a->masterMissing.empty(), kName,
+                    "no first host and no reason why");
     static_cast<void>(scheduler::jobPort(*a));
   }
 }
