@@ -281,8 +281,12 @@ Result<Allocation> detectLsf(const Env& env) {
     useHostList(a, file->first);
   } else if (const auto hosts = env.first({"LSB_HOSTS"})) {
     list = hosts;
-    std::string lines = hosts->second;
-    std::replace(lines.begin(), lines.end(), ' ', '\n');
+    std::string lines = hosts->second;  // a word per slot, as a host file's lines
+    std::replace_if(
+        lines.begin(), lines.end(), [](char c) { return c == ' ' || c == '\t'; }, '\n');
+    if (lines.find_first_not_of('\n') == std::string::npos) {
+      return malformed(*hosts, "lists no host");
+    }
     DTRUN_TRY(readSlotFile(*hosts, lines, a));
     a.hostsFrom = hosts->first + "=" + hosts->second;
     useHostList(a, hosts->first);

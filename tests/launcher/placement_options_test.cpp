@@ -13,9 +13,8 @@ dtrun::launcher::HostFacts recordedHost(const std::string& machine, int gpus) {
   host.gpuCount = gpus;
   host.deviceNodes = gpus;
   host.readTopology = [machine] {
-    return dtrun::placement::readTopology(std::string(DTRUN_SOURCE_DIR) +
-                                              "/tests/placement/topologies/" + machine,
-                                          {});
+    return dtrun::placement::readTopology(
+        std::string(DTRUN_SOURCE_DIR) + "/tests/placement/topologies/" + machine, {});
   };
   return host;
 }
@@ -30,8 +29,7 @@ TEST_CASE("placement options reach the agent's configuration", "[unit][launcher]
 
   const auto exclusive = planOk({"--nproc_per_node=gpu", "--numa-binding=exclusive", "x.py"}, host);
   REQUIRE(exclusive.config.placement.size() == 8);
-  CHECK(exclusive.config.placement[1].cpus ==
-        std::vector<int>{4, 5, 6, 7, 36, 37, 38, 39});
+  CHECK(exclusive.config.placement[1].cpus == std::vector<int>{4, 5, 6, 7, 36, 37, 38, 39});
   CHECK(exclusive.config.placement[1].memNodes == std::vector<int>{0});
   CHECK(exclusive.config.placement[1].gpus == "1");
   // A binding sets OMP_NUM_THREADS per rank: torchrun's blanket 1 and its notice are left out.
@@ -54,9 +52,10 @@ TEST_CASE("placement options reach the agent's configuration", "[unit][launcher]
   CHECK(std::find(env.begin(), env.end(), "RANK=1") != env.end());
 }
 
-TEST_CASE("the dry run's rank table shows each rank's GPU, CPUs and NUMA node", "[unit][launcher]") {
-  const auto plan = planOk({"--nproc_per_node=4", "--numa-binding=socket", "x.py"},
-                           recordedHost("amd-2s8g", 8));
+TEST_CASE("the dry run's rank table shows each rank's GPU, CPUs and NUMA node",
+          "[unit][launcher]") {
+  const auto plan =
+      planOk({"--nproc_per_node=4", "--numa-binding=socket", "x.py"}, recordedHost("amd-2s8g", 8));
   const std::string text = dtrun::launcher::dryRunText(plan, {});
   CHECK(text.find("  rank  local_rank  node_rank  gpu     cpus        numa  log_dir") !=
         std::string::npos);

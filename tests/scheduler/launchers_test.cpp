@@ -375,6 +375,10 @@ TEST_CASE("bad LSF values name the variable and the fix", "[unit][scheduler]") {
                  "LSB_DJOB_HOSTFILE='/home/u/.lsbatch/1700000000.3141.hostfile' "
                  "cannot be read"));
   job.env.erase("LSB_DJOB_HOSTFILE");
+  job.env["LSB_HOSTS"] = " \t ";
+  CHECK(contains(errorOf(job), "LSB_HOSTS=' \t ': lists no host"));
+  job.env["LSB_HOSTS"] = "hostA\thostA";  // tabs separate too
+  CHECK(detected(job).hosts == Hosts{"hostA"});
   job.env.erase("LSB_HOSTS");
   CHECK(contains(errorOf(job), "LSB_JOBID is set but none of LSB_MCPU_HOSTS"));
   CHECK(contains(errorOf(sched::JobEnvironment{}, sched::Mode::kLsf), "LSB_JOBID is not set"));
