@@ -13,6 +13,13 @@ bool isIdentifierStart(char c) {
   return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 bool isIdentifierChar(char c) { return isIdentifierStart(c) || (c >= '0' && c <= '9'); }
+// Where the identifier characters of `text` that begin at `from` end.
+std::size_t identifierEnd(std::string_view text, std::size_t from) {
+  while (from < text.size() && isIdentifierChar(text[from])) {
+    ++from;
+  }
+  return from;
+}
 
 // Reads `pattern` as Python's string.Template does (torchrun expands the template with it):
 // "$$" is one '$', "${name}" and "$name" name a variable, any other '$' is itself. Calls
@@ -32,15 +39,13 @@ void scanVariables(std::string_view pattern, const Literal& literal, const Visit
     }
     if (after.size() > 1 && after[0] == '{' && isIdentifierStart(after[1])) {
       const auto close = after.find('}');
-      std::size_t end = 1;
-      while (end < after.size() && isIdentifierChar(after[end])) ++end;
+      const std::size_t end = identifierEnd(after, 1);
       if (close == end) {
         name = after.substr(1, end - 1);
         length = end + 2;
       }
     } else if (!after.empty() && isIdentifierStart(after[0])) {
-      std::size_t end = 0;
-      while (end < after.size() && isIdentifierChar(after[end])) ++end;
+      const std::size_t end = identifierEnd(after, 0);
       name = after.substr(0, end);
       length = end + 1;
     }
@@ -78,7 +83,7 @@ std::string expandLinePrefix(std::string_view pattern,
       [&](std::string_view name, std::string_view asWritten) {
         const auto it = std::find_if(values.begin(), values.end(),
                                      [name](const auto& v) { return v.first == name; });
-        out += it == values.end() ? asWritten : std::string_view(it->second);
+        out += it == values.end() ? asWritten : std::string_view{it->second};
       });
   return out;
 }

@@ -299,6 +299,7 @@ class Planner {
 
   static std::vector<int> cpuIds(const std::vector<Cpu>& cpus) {
     std::vector<int> ids;
+    ids.reserve(cpus.size());
     for (const Cpu& c : cpus) {
       ids.push_back(c.id);
     }

@@ -4,11 +4,21 @@
 
 #include <catch2/catch.hpp>
 
-using namespace dtrun::placement;
+using dtrun::placement::Binding;
+using dtrun::placement::Cpu;
+using dtrun::placement::formatCpuList;
+using dtrun::placement::parseCpuList;
+using dtrun::placement::Plan;
+using dtrun::placement::planPlacement;
+using dtrun::placement::ProcessView;
+using dtrun::placement::readTopology;
+using dtrun::placement::Request;
+using dtrun::placement::Topology;
+using dtrun::placement::visibleDevices;
 
 namespace {
 
-Topology recorded(const std::string& name, ProcessView process = {}) {
+Topology recorded(const std::string& name, const ProcessView& process = {}) {
   auto topology = readTopology(std::string(DTRUN_TOPOLOGIES) + "/" + name, process);
   REQUIRE(topology.isOk());
   return std::move(topology).value();
