@@ -12,6 +12,7 @@ packages=(
   openmpi-bin  # tests/integration/mpirun_test.sh: mpirun starting dtrun per node
   dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
   elfutils gdb python3-jsonschema
+  openssh-client openssh-server  # dtrun --hostfile, and its test's sshd in each namespace
 )
 
 missing=()
@@ -34,4 +35,15 @@ fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Debian's packages (openssh-server, ...) start their daemons on install unless a policy-rc.d
+# says 101: one is added for the install when the machine has none, so nothing starts.
+made_policy=0
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+  "${sudo_cmd[@]}" chmod 755 /usr/sbin/policy-rc.d
+  made_policy=1
+fi
+rc=0
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" || rc=$?
+((made_policy == 0)) || "${sudo_cmd[@]}" rm -f /usr/sbin/policy-rc.d
+exit "$rc"
