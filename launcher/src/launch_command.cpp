@@ -10,6 +10,9 @@
 #include "option_table.h"
 #include "plan_text.h"
 #include "signal_mask.h"
+#include "ssh_fanout.h"
+#include "ssh_plan.h"
+#include "stdin_watch.h"
 
 namespace dtrun::launcher {
 
@@ -21,6 +24,20 @@ LaunchCommand::~LaunchCommand() = default;
 
 std::optional<int> LaunchCommand::plan() {
   raw_->program = app_.remaining();
+  if (wantsSsh(*raw_)) {  // --hostfile/--hosts: one agent per host over ssh, started from here
+    const HostFacts host = readHostFacts();
+    auto ssh = planSsh(*raw_, host, readSshFacts(host));
+    if (!ssh.isOk()) {
+      std::cerr << "dtrun: " << ssh.status().message() << "\n";
+      return kUsageError;
+    }
+    ssh_ = std::make_unique<SshPlan>(std::move(ssh).value());
+    return std::nullopt;
+  }
+  if (const Status alone = checkNoSshOptions(*raw_); !alone.isOk()) {
+    std::cerr << "dtrun: " << alone.message() << "\n";
+    return kUsageError;
+  }
   auto planned = validate(*raw_, readHostFacts());
   if (!planned.isOk()) {
     std::cerr << "dtrun: " << planned.status().message() << "\n";
@@ -32,6 +49,9 @@ std::optional<int> LaunchCommand::plan() {
 }
 
 void LaunchCommand::prepareProcess() const {
+  if (ssh_ != nullptr) {
+    return;  // runSsh takes its signals itself, on its one thread
+  }
   DTRUN_CHECK(plan_ != nullptr, "prepareProcess() before plan()");
   // Block the handled signals before any thread exists (every later thread inherits the mask);
   // the agent takes them synchronously.
@@ -49,18 +69,37 @@ void LaunchCommand::prepareProcess() const {
 }
 
 bool LaunchCommand::dryRun() const {
+  if (ssh_ != nullptr) {
+    return ssh_->dryRun;
+  }
   DTRUN_CHECK(plan_ != nullptr, "dryRun() before plan()");
   return plan_->dryRun;
 }
 
 int LaunchCommand::printDryRun() const {
+  if (ssh_ != nullptr) {
+    std::cout << sshPlanText(*ssh_) << std::flush;
+    return 0;
+  }
   DTRUN_CHECK(plan_ != nullptr, "printDryRun() before plan()");
   std::cout << dryRunText(*plan_, environSnapshot()) << std::flush;
   return 0;
 }
 
 int LaunchCommand::runAgent() const {
+  if (ssh_ != nullptr) {
+    return runSsh(*ssh_);
+  }
   DTRUN_CHECK(plan_ != nullptr, "runAgent() before plan()");
+  if (raw_->given.contains(kWatchStdinDest)) {  // an agent started over ssh by --hostfile
+    constexpr std::chrono::milliseconds kWatchMargin{5000};
+    const Status watched =
+        startStdinWatch(plan_->config.shutdownTimeout + kWatchMargin, kRemoteReadyLine);
+    if (!watched.isOk()) {
+      std::cerr << "dtrun: " << watched.message() << "\n";
+      return 1;
+    }
+  }
   log::launcher().info("{}", launchBanner(*plan_));
   return agent::run(plan_->config);
 }

@@ -111,6 +111,31 @@ constexpr std::array kOptions = {
                "Batch scheduler or launcher whose job sets --nnodes, --node_rank, --master_addr, "
                "--master_port and --rdzv_id when they are not given: auto, slurm, pbs, lsf, flux, "
                "mpi or none (default auto: the one whose variables are set)"},
+    OptionSpec{"hostfile", "", Kind::kValue, false,
+               "Start one agent per host over ssh, from a hostfile: one host per line, "
+               "'node1 slots=4' (DeepSpeed's and OpenMPI's formats; slots = that host's "
+               "--nproc_per_node)"},
+    OptionSpec{"hosts", "", Kind::kValue, false,
+               "Start one agent per host over ssh: node1,node2,node3 (node1:4 gives it 4 slots)"},
+    OptionSpec{"include", "", Kind::kValue, false,
+               "With --hostfile/--hosts: run on these hosts only (node1,node2 or node1@node2)"},
+    OptionSpec{"exclude", "", Kind::kValue, false,
+               "With --hostfile/--hosts: run on every host but these"},
+    OptionSpec{"export", "", Kind::kValue, false,
+               "With --hostfile/--hosts: environment variables for the remote workers, VAR or "
+               "VAR=value, comma-separated (besides PYTHONPATH, PET_*, NCCL_*, GLOO_*, TORCH_* "
+               "and a few more; not PATH)"},
+    OptionSpec{"remote_workdir", "", Kind::kValue, false,
+               "With --hostfile/--hosts: the working directory on every host (default: this "
+               "one)"},
+    OptionSpec{"remote_dtrun", "", Kind::kValue, false,
+               "With --hostfile/--hosts: the dtrun every host runs (default: this dtrun's path)"},
+    OptionSpec{"ssh_config", "", Kind::kValue, false,
+               "With --hostfile/--hosts: the ssh client's configuration file (ssh -F; default "
+               "~/.ssh/config)"},
+    OptionSpec{"watch_stdin", "", Kind::kFlag, false,
+               "Set by --hostfile/--hosts on the agents it starts: a byte on stdin is a signal "
+               "for this agent, the end of stdin stops it"},
     OptionSpec{"log_level", "", Kind::kValue, false,
                "dtrun's own logging: trace, debug, info, warn, error, critical or off (default "
                "$DTRUN_LOG_LEVEL or info)"},
@@ -173,7 +198,9 @@ void addLaunchOptions(CLI::App& app, RawOptions& raw) {
     } else {
       app.add_option_function<std::string>(
              joined, [&raw, dest](const std::string& value) { raw.given[dest] = value; }, help)
-          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: the last one wins
+          // argparse: the last one wins; every --export counts (joined by newlines).
+          ->multi_option_policy(dest == "export" ? CLI::MultiOptionPolicy::Join
+                                                 : CLI::MultiOptionPolicy::TakeLast);
     }
   }
   app.prefix_command();

@@ -15,6 +15,7 @@ namespace dtrun::launcher {
 
 struct RawOptions;
 struct LaunchPlan;
+struct SshPlan;
 
 // `dtrun store`: serves a rendezvous store alone (a dedicated store host, or tests). Registers
 // the subcommand on `app`; after parsing, call the returned function for the exit code.
@@ -55,6 +56,7 @@ class LaunchCommand {
   CLI::App& app_;
   std::unique_ptr<RawOptions> raw_;  // CLI11 writes into it while parsing
   std::unique_ptr<LaunchPlan> plan_;
+  std::unique_ptr<SshPlan> ssh_;  // --hostfile/--hosts: a launch over ssh instead of plan_
 };
 
 // argv as CLI11's App::parse(std::vector<std::string>&&) takes it (reversed, without the program

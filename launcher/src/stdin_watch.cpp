@@ -1,0 +1,103 @@
+#include "stdin_watch.h"
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <ctime>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "fd_io.h"
+
+namespace dtrun::launcher {
+namespace {
+
+constexpr int kWatchedFd = STDERR_FILENO + 1;
+
+bool forwardable(int signal) {
+  return signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT ||
+         signal == SIGUSR1 || signal == SIGUSR2;
+}
+
+// The helper: only system calls from here on (forked from the agent's one thread).
+[[noreturn]] void watch(pid_t agent, long long graceMs) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != agent) {
+    ::_exit(0);  // the agent is gone already
+  }
+  ::prctl(PR_SET_NAME, "dtrun-stdin");
+  std::array<unsigned char, 64> buffer{};
+  for (;;) {
+    const ssize_t n = ::read(kWatchedFd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;  // end of file, or the session broke
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      const int signal = buffer[static_cast<std::size_t>(i)];
+      if (forwardable(signal)) {
+        ::kill(agent, signal);
+      }
+    }
+  }
+  ::kill(agent, SIGTERM);
+  timespec left{static_cast<time_t>(graceMs / 1000), static_cast<long>(graceMs % 1000) * 1000000L};
+  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+  ::kill(agent, SIGKILL);  // still there after its grace: its workers die with it (PDEATHSIG)
+  ::_exit(0);
+}
+
+}  // namespace
+
+Status startStdinWatch(std::chrono::milliseconds grace, std::string_view readyLine) {
+  // Both above the watched descriptor's place in the helper, so that neither dup2 there
+  // replaces the other.
+  const int opened = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (opened < 0) {
+    return Status::system("open /dev/null", errno);
+  }
+  const int devNull = ::fcntl(opened, F_DUPFD_CLOEXEC, kWatchedFd + 1);
+  ::close(opened);
+  if (devNull < 0) {
+    return Status::system("--watch_stdin: /dev/null", errno);
+  }
+  const int watched = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, kWatchedFd + 1);
+  if (watched < 0) {
+    const int err = errno;
+    ::close(devNull);
+    return Status::system("--watch_stdin: stdin", err);
+  }
+  const pid_t agent = ::getpid();
+  const long long graceMs = grace.count();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(devNull);
+    ::close(watched);
+    return Status::system("--watch_stdin: fork", err);
+  }
+  if (pid == 0) {
+    // Nothing but the watched stdin stays open: the session's stdout and stderr must reach
+    // their end when the agent exits.
+    ::dup2(watched, kWatchedFd);
+    ::dup2(devNull, STDIN_FILENO);
+    ::dup2(devNull, STDOUT_FILENO);
+    ::dup2(devNull, STDERR_FILENO);
+    ::close_range(kWatchedFd + 1, ~0U, 0);
+    watch(agent, graceMs);
+  }
+  ::close(watched);
+  ::dup2(devNull, STDIN_FILENO);  // the workers read nothing from the session
+  ::close(devNull);
+  const std::string line = std::string(readyLine) + "\n";
+  static_cast<void>(io::writeAll(STDERR_FILENO, line));
+  return Status::ok();
+}
+
+}  // namespace dtrun::launcher
