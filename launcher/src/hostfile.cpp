@@ -120,8 +120,7 @@ Result<std::vector<HostEntry>> parseHostfile(std::string_view text, std::string_
         return Status::invalidArgument(where + ": " + std::string(key) +
                                        " expects a whole number from 1 to " +
                                        std::to_string(kMaxSlots) + ", got '" + std::string(word) +
-                                       "' (write '" + entry.name + " " + std::string(key) +
-                                       "=4')");
+                                       "' (write '" + entry.name + " " + std::string(key) + "=4')");
       }
     }
     if (entry.slots && entry.maxSlots && *entry.maxSlots < *entry.slots) {
@@ -190,15 +189,15 @@ Result<std::vector<HostEntry>> selectHosts(std::vector<HostEntry> hosts,
   for (const std::string_view part : text::split(list, '@')) {
     const std::string_view spec = text::trim(part);
     if (spec.find(':') != std::string_view::npos && !known(spec)) {
-      return Status::invalidArgument(
-          flag + ": GPU indices per host ('" + std::string(spec) +
-          "') are not supported yet; name whole hosts (" + flag + "=node1,node2)");
+      return Status::invalidArgument(flag + ": GPU indices per host ('" + std::string(spec) +
+                                     "') are not supported yet; name whole hosts (" + flag +
+                                     "=node1,node2)");
     }
     for (const std::string_view piece : text::split(spec, ',')) {
       const std::string_view name = text::trim(piece);
       if (name.empty()) {
-        return Status::invalidArgument(flag + ": an empty host name in '" + list +
-                                       "' (write " + flag + "=node1,node2)");
+        return Status::invalidArgument(flag + ": an empty host name in '" + list + "' (write " +
+                                       flag + "=node1,node2)");
       }
       if (!known(name)) {
         std::string all;
@@ -211,7 +210,8 @@ Result<std::vector<HostEntry>> selectHosts(std::vector<HostEntry> hosts,
       named.emplace(name);
     }
   }
-  std::erase_if(hosts, [&](const HostEntry& h) { return named.contains(h.name) != include.has_value(); });
+  std::erase_if(hosts,
+                [&](const HostEntry& h) { return named.contains(h.name) != include.has_value(); });
   if (hosts.empty()) {
     return Status::invalidArgument(flag + "=" + list + " leaves no host to run on");
   }

@@ -14,10 +14,10 @@ namespace dtrun::launcher {
 
 // One host, as the user wrote it.
 struct HostEntry {
-  std::string name;           // what ssh is given: "node1", "user@node1", "10.0.0.7"
-  std::optional<int> slots;   // slots=N: this host's --nproc_per_node unless that flag is given
+  std::string name;             // what ssh is given: "node1", "user@node1", "10.0.0.7"
+  std::optional<int> slots;     // slots=N: this host's --nproc_per_node unless that flag is given
   std::optional<int> maxSlots;  // OpenMPI's max_slots: checked against slots, otherwise unused
-  int line = 0;               // its line in the hostfile (1-based); 0 for --hosts
+  int line = 0;                 // its line in the hostfile (1-based); 0 for --hosts
 };
 
 // A hostfile's text; `fileName` opens every error ("hosts.txt:3: ..."). At least one host, each

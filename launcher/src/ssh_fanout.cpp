@@ -31,14 +31,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kQuiet{200};        // an unfinished line goes out alone after this
-constexpr milliseconds kPeerGrace{5000};   // after a host failed: the others' time to end alone
+constexpr milliseconds kQuiet{200};         // an unfinished line goes out alone after this
+constexpr milliseconds kPeerGrace{5000};    // after a host failed: the others' time to end alone
 constexpr milliseconds kStopMargin{10000};  // beyond the agents' shutdown timeout: sessions closed
 constexpr milliseconds kKillMargin{10000};  // beyond the remote helper's grace: ssh SIGKILLed
 constexpr milliseconds kDrain{2000};        // a host's output read after its ssh exited
-constexpr std::size_t kEarlyLines = 50;    // stderr lines held until the remote agent is up
-constexpr std::size_t kReasonLines = 3;    // of them, in a failed host's one line
-constexpr int kSshFailed = 255;            // ssh's own exit code: the connection failed
+constexpr std::size_t kEarlyLines = 50;     // stderr lines held until the remote agent is up
+constexpr std::size_t kReasonLines = 3;     // of them, in a failed host's one line
+constexpr int kSshFailed = 255;             // ssh's own exit code: the connection failed
 
 constexpr std::array kForwarded = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
@@ -89,11 +89,11 @@ struct Node {
   UniqueFd control;  // ssh's stdin
   Stream out;
   Stream err;
-  bool ready = false;               // the remote agent said it is up
-  std::vector<std::string> early;   // stderr before that: ssh's, the remote shell's
-  std::optional<int> code;          // ssh's exit status, once reaped
+  bool ready = false;              // the remote agent said it is up
+  std::vector<std::string> early;  // stderr before that: ssh's, the remote shell's
+  std::optional<int> code;         // ssh's exit status, once reaped
   std::optional<Clock::time_point> exitedAt;
-  bool finished = false;            // exit and output handled
+  bool finished = false;  // exit and output handled
 };
 
 class Fanout {
@@ -117,8 +117,8 @@ class Fanout {
     for (const SshNode& node : plan_.nodes) {
       names += (names.empty() ? "" : ", ") + node.host;
     }
-    say("starting " + std::to_string(nodes_.size()) + " hosts over ssh (" + names +
-        "), rdzv_id " + plan_.rdzvId + ", store " + plan_.rdzvEndpoint);
+    say("starting " + std::to_string(nodes_.size()) + " hosts over ssh (" + names + "), rdzv_id " +
+        plan_.rdzvId + ", store " + plan_.rdzvEndpoint);
     for (Node& node : nodes_) {
       if (const Status started = spawn(node); !started.isOk()) {
         say("host " + node.spec->host + ": cannot start ssh: " + started.message());
@@ -276,8 +276,7 @@ class Fanout {
     if (!next) {
       return -1;
     }
-    const auto left =
-        std::chrono::duration_cast<milliseconds>(*next - Clock::now()).count() + 1;
+    const auto left = std::chrono::duration_cast<milliseconds>(*next - Clock::now()).count() + 1;
     return static_cast<int>(std::clamp<long long>(left, 0, 60000));
   }
 
@@ -370,10 +369,10 @@ class Fanout {
     if (reaped == 0) {
       return;  // not yet
     }
-    node.code = reaped < 0                ? kSshFailed
-                : WIFEXITED(status)       ? WEXITSTATUS(status)
-                : WIFSIGNALED(status)     ? 128 + WTERMSIG(status)
-                                          : kSshFailed;
+    node.code = reaped < 0            ? kSshFailed
+                : WIFEXITED(status)   ? WEXITSTATUS(status)
+                : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                      : kSshFailed;
     node.exitedAt = Clock::now();
     node.pidfd.reset();
     node.control.reset();
@@ -399,7 +398,8 @@ class Fanout {
     const int code = node.code.value_or(kSshFailed);
     if (!node.ready) {
       std::string reason;
-      const std::size_t from = node.early.size() > kReasonLines ? node.early.size() - kReasonLines : 0;
+      const std::size_t from =
+          node.early.size() > kReasonLines ? node.early.size() - kReasonLines : 0;
       for (std::size_t i = from; i < node.early.size(); ++i) {
         const std::string line = withoutEnd(node.early[i]);
         if (!line.empty()) {
@@ -408,7 +408,9 @@ class Fanout {
       }
       if (code != 0) {
         say("host " + node.spec->host + " (node " + std::to_string(node.spec->nodeRank) + "): " +
-            (code == kSshFailed ? "ssh failed" : "dtrun did not start there (exit code " + std::to_string(code) + ")") +
+            (code == kSshFailed
+                 ? "ssh failed"
+                 : "dtrun did not start there (exit code " + std::to_string(code) + ")") +
             (reason.empty() ? std::string() : ": " + reason));
       } else if (!reason.empty()) {
         for (const std::string& held : node.early) {
@@ -416,9 +418,6 @@ class Fanout {
         }
       }
       node.early.clear();
-    } else if (code != 0 && !userStop_ && !jobCode_) {
-      say("host " + node.spec->host + " (node " + std::to_string(node.spec->nodeRank) +
-          ") ended with exit code " + std::to_string(code));
     }
     if (code != 0) {
       noteFailure(node);
@@ -430,6 +429,8 @@ class Fanout {
   void noteFailure(const Node& node) {
     if (!jobCode_) {
       jobCode_ = node.code;
+      firstFailure_ = "host " + node.spec->host + " (node " + std::to_string(node.spec->nodeRank) +
+                      ") ended with exit code " + std::to_string(node.code.value_or(kSshFailed));
     }
     if (userStop_ || peerDeadline_ || closeDeadline_ || killDeadline_) {
       return;
@@ -450,7 +451,7 @@ class Fanout {
     if (peerDeadline_ && now >= *peerDeadline_) {
       peerDeadline_.reset();
       if (!done()) {
-        say("stopping the other hosts");
+        say(firstFailure_ + ": stopping the other hosts");
         forward(SIGTERM);
       }
     }
@@ -495,6 +496,7 @@ class Fanout {
   UniqueFd signalFd_;
   bool userStop_ = false;  // a stop signal reached this dtrun
   std::optional<int> jobCode_;
+  std::string firstFailure_;  // "host h (node n) ended with exit code c"
   std::optional<Clock::time_point> peerDeadline_;
   std::optional<Clock::time_point> closeDeadline_;
   std::optional<Clock::time_point> killDeadline_;

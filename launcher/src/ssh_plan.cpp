@@ -18,9 +18,9 @@ constexpr int kPortBase = 20000;
 constexpr int kPortSpan = 10000;
 
 // Read by the launch over ssh only, never passed on.
-constexpr std::array<std::string_view, 8> kSshOnly = {
-    "hostfile", "hosts", "include", "exclude", "export", "remote_workdir", "remote_dtrun",
-    "ssh_config"};
+constexpr std::array<std::string_view, 8> kSshOnly = {"hostfile",     "hosts",     "include",
+                                                      "exclude",      "export",    "remote_workdir",
+                                                      "remote_dtrun", "ssh_config"};
 
 // Set per host by the launch over ssh: given on the command line, each is refused with why.
 struct PerHost {
@@ -39,9 +39,9 @@ constexpr std::array<PerHost, 6> kPerHost = {{
 // The environment every remote agent gets from this shell when set here (PATH is not among
 // them: each host keeps its own); --export adds more.
 constexpr std::array<std::string_view, 10> kExportedNames = {
-    "PYTHONPATH",      "PYTHON_EXEC",      "LD_LIBRARY_PATH",
-    "VIRTUAL_ENV",     "OMP_NUM_THREADS",  "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
-    "DTRUN_LOG_LEVEL", "DTRUN_PYTHON_HOOK", "DTRUN_STORE_TOKEN_FILE",
+    "PYTHONPATH",       "PYTHON_EXEC",       "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",      "OMP_NUM_THREADS",   "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+    "DTRUN_LOG_LEVEL",  "DTRUN_PYTHON_HOOK", "DTRUN_STORE_TOKEN_FILE",
     "CUDA_DEVICE_ORDER"};
 constexpr std::array<std::string_view, 4> kExportedPrefixes = {"PET_", "NCCL_", "GLOO_", "TORCH_"};
 
@@ -88,8 +88,8 @@ Result<std::map<std::string, std::string>> exportedEnvironment(const RawOptions&
                                                                const HostFacts& host) {
   std::map<std::string, std::string> env;
   for (const auto& [name, value] : host.env) {
-    const bool named = std::find(kExportedNames.begin(), kExportedNames.end(), name) !=
-                       kExportedNames.end();
+    const bool named =
+        std::find(kExportedNames.begin(), kExportedNames.end(), name) != kExportedNames.end();
     const bool prefixed =
         std::any_of(kExportedPrefixes.begin(), kExportedPrefixes.end(),
                     [&name](std::string_view prefix) { return name.starts_with(prefix); });
@@ -117,9 +117,9 @@ Result<std::map<std::string, std::string>> exportedEnvironment(const RawOptions&
     } else if (const auto it = host.env.find(name); it != host.env.end()) {
       env[name] = it->second;
     } else {
-      return Status::invalidArgument("--export: " + name +
-                                     " is not set here (set it, or give its value: --export=" +
-                                     name + "=value)");
+      return Status::invalidArgument(
+          "--export: " + name + " is not set here (set it, or give its value: --export=" + name +
+          "=value)");
     }
   }
   return env;
@@ -279,8 +279,9 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
   const std::string workdir = givenText(raw, "remote_workdir").value_or(ssh.cwd);
   const std::string dtrun = givenText(raw, "remote_dtrun").value_or(ssh.selfExe);
   if (workdir.empty() || dtrun.empty()) {
-    return Status::invalidArgument(std::string(workdir.empty() ? "--remote_workdir" : "--remote_dtrun") +
-                                   ": expected a path on every host");
+    return Status::invalidArgument(
+        std::string(workdir.empty() ? "--remote_workdir" : "--remote_dtrun") +
+        ": expected a path on every host");
   }
   std::vector<std::string> program = raw.program;
   if (!program.empty() && program.front() == "--") {
@@ -290,16 +291,11 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
       raw.given.contains("nproc_per_node") || host.env.contains("PET_NPROC_PER_NODE");
   const std::vector<std::string> common = passedThrough(raw);
 
-  std::vector<std::string> sshArgv = {ssh.sshProgram,
-                                      "-T",
-                                      "-o",
-                                      "BatchMode=yes",
-                                      "-o",
-                                      "ConnectTimeout=10",
-                                      "-o",
-                                      "ServerAliveInterval=5",
-                                      "-o",
-                                      "ServerAliveCountMax=3"};
+  std::vector<std::string> sshArgv = {ssh.sshProgram, "-T",
+                                      "-o",           "BatchMode=yes",
+                                      "-o",           "ConnectTimeout=10",
+                                      "-o",           "ServerAliveInterval=5",
+                                      "-o",           "ServerAliveCountMax=3"};
   if (const auto config = givenText(raw, "ssh_config")) {
     sshArgv.insert(sshArgv.end(), {"-F", *config});
   }
@@ -381,9 +377,8 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
 }
 
 std::string sshPlanText(const SshPlan& plan) {
-  std::string text = "dtrun: " + std::to_string(plan.nodes.size()) +
-                     " hosts over ssh, rdzv_id " + plan.rdzvId + ", c10d store at " +
-                     plan.rdzvEndpoint + "\n";
+  std::string text = "dtrun: " + std::to_string(plan.nodes.size()) + " hosts over ssh, rdzv_id " +
+                     plan.rdzvId + ", c10d store at " + plan.rdzvEndpoint + "\n";
   for (const SshNode& node : plan.nodes) {
     text += "  node " + std::to_string(node.nodeRank) + " on " + node.host + ":\n    " +
             joinWords(node.argv) + "\n";

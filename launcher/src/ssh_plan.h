@@ -37,8 +37,9 @@ struct SshNode {
 struct SshPlan {
   std::vector<SshNode> nodes;
   std::string rdzvId;
-  std::string rdzvEndpoint;                   // host:port of the job's store
-  std::chrono::milliseconds shutdownTimeout;  // the agents' grace before SIGKILL (--shutdown_timeout)
+  std::string rdzvEndpoint;  // host:port of the job's store
+  std::chrono::milliseconds
+      shutdownTimeout;  // the agents' grace before SIGKILL (--shutdown_timeout)
   bool dryRun = false;
 };
 
