@@ -93,8 +93,8 @@ Result<std::vector<HostEntry>> parseHostfile(std::string_view text, std::string_
     entry.name = std::string(words.front());
     entry.line = lineNumber;
     if (const std::string why = whyNotHostName(entry.name); !why.empty()) {
-      return Status::invalidArgument(where + ": " + why +
-                                     " (write one host per line: 'node1 slots=4')");
+      return Status::invalidArgument(std::string(where).append(": ").append(why).append(
+          " (write one host per line: 'node1 slots=4')"));
     }
     for (std::size_t i = 1; i < words.size(); ++i) {
       const std::string_view word = words[i];
@@ -189,23 +189,34 @@ Result<std::vector<HostEntry>> selectHosts(std::vector<HostEntry> hosts,
   for (const std::string_view part : text::split(list, '@')) {
     const std::string_view spec = text::trim(part);
     if (spec.find(':') != std::string_view::npos && !known(spec)) {
-      return Status::invalidArgument(flag + ": GPU indices per host ('" + std::string(spec) +
-                                     "') are not supported yet; name whole hosts (" + flag +
-                                     "=node1,node2)");
+      return Status::invalidArgument(std::string(flag)
+                                         .append(": GPU indices per host ('")
+                                         .append(spec)
+                                         .append("') are not supported yet; name whole hosts (")
+                                         .append(flag)
+                                         .append("=node1,node2)"));
     }
     for (const std::string_view piece : text::split(spec, ',')) {
       const std::string_view name = text::trim(piece);
       if (name.empty()) {
-        return Status::invalidArgument(flag + ": an empty host name in '" + list + "' (write " +
-                                       flag + "=node1,node2)");
+        return Status::invalidArgument(std::string(flag)
+                                           .append(": an empty host name in '")
+                                           .append(list)
+                                           .append("' (write ")
+                                           .append(flag)
+                                           .append("=node1,node2)"));
       }
       if (!known(name)) {
         std::string all;
         for (const HostEntry& h : hosts) {
           all += (all.empty() ? "" : ", ") + h.name;
         }
-        return Status::invalidArgument(flag + ": host " + std::string(name) +
-                                       " is not in the host list (" + all + ")");
+        return Status::invalidArgument(std::string(flag)
+                                           .append(": host ")
+                                           .append(name)
+                                           .append(" is not in the host list (")
+                                           .append(all)
+                                           .append(")"));
       }
       named.emplace(name);
     }

@@ -13,7 +13,7 @@ namespace dtrun::launcher {
 
 class LineCutter {
  public:
-  static constexpr std::size_t kMaxLine = 64 * 1024;
+  static constexpr std::size_t kMaxLine = std::size_t{64} * 1024;
 
   // The lines `bytes` completed, each with its end ("\n" or "\r"; a cut long line gets "\n").
   std::vector<std::string> feed(std::string_view bytes);

@@ -181,7 +181,7 @@ class Fanout {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe): one thread
-      ::signal(SIGPIPE, SIG_DFL);
+      static_cast<void>(::signal(SIGPIPE, SIG_DFL));
       ::execv(argv[0], argv.data());
       ::_exit(kSshFailed);
     }

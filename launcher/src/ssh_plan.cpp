@@ -92,7 +92,7 @@ Result<std::map<std::string, std::string>> exportedEnvironment(const RawOptions&
         std::find(kExportedNames.begin(), kExportedNames.end(), name) != kExportedNames.end();
     const bool prefixed =
         std::any_of(kExportedPrefixes.begin(), kExportedPrefixes.end(),
-                    [&name](std::string_view prefix) { return name.starts_with(prefix); });
+                    [&key = name](std::string_view prefix) { return key.starts_with(prefix); });
     if (named || prefixed) {
       env[name] = value;
     }
@@ -117,9 +117,12 @@ Result<std::map<std::string, std::string>> exportedEnvironment(const RawOptions&
     } else if (const auto it = host.env.find(name); it != host.env.end()) {
       env[name] = it->second;
     } else {
-      return Status::invalidArgument(
-          "--export: " + name + " is not set here (set it, or give its value: --export=" + name +
-          "=value)");
+      return Status::invalidArgument(std::string("--export: ")
+                                         .append(name)
+                                         .append(" is not set here (set it, or give its value: "
+                                                 "--export=")
+                                         .append(name)
+                                         .append("=value)"));
     }
   }
   return env;
@@ -175,7 +178,7 @@ std::vector<std::string> passedThrough(const RawOptions& raw) {
     if (spec != nullptr && spec->kind == Kind::kFlag) {
       flags.push_back("--" + dest);
     } else {
-      flags.push_back("--" + dest + "=" + value);
+      flags.push_back(std::string("--").append(dest).append("=").append(value));
     }
   }
   return flags;
@@ -332,7 +335,7 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
     if (!env.empty()) {
       command += " env";
       for (const auto& [name, value] : env) {
-        command += " " + shellQuote(name + "=" + value);
+        command += " " + shellQuote(std::string(name).append("=").append(value));
       }
     }
     command += " " + joinWords(words);

@@ -38,8 +38,8 @@ struct SshPlan {
   std::vector<SshNode> nodes;
   std::string rdzvId;
   std::string rdzvEndpoint;  // host:port of the job's store
-  std::chrono::milliseconds
-      shutdownTimeout;  // the agents' grace before SIGKILL (--shutdown_timeout)
+  // The agents' grace before SIGKILL (--shutdown_timeout): bounds the launcher's waits.
+  std::chrono::milliseconds shutdownTimeout{0};
   bool dryRun = false;
 };
 

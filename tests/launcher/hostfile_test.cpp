@@ -16,6 +16,7 @@ namespace launcher = dtrun::launcher;
 
 std::vector<std::string> names(const std::vector<launcher::HostEntry>& hosts) {
   std::vector<std::string> result;
+  result.reserve(hosts.size());
   for (const auto& host : hosts) {
     result.push_back(host.name);
   }
@@ -105,7 +106,8 @@ TEST_CASE("--hosts takes a comma list, host:N giving slots", "[unit]") {
 
 TEST_CASE("--include and --exclude keep the hostfile's order", "[unit]") {
   const auto all = launcher::parseHostList("n1,n2,n3,n4").value();
-  const auto pick = [&all](std::optional<std::string> include, std::optional<std::string> exclude) {
+  const auto pick = [&all](const std::optional<std::string>& include,
+                           const std::optional<std::string>& exclude) {
     return launcher::selectHosts(all, include, exclude);
   };
   CHECK(names(pick("n3,n1", std::nullopt).value()) == std::vector<std::string>{"n1", "n3"});
