@@ -129,6 +129,12 @@ class Fanout {
       }
     }
     loop();
+    // Stopped by a signal here: hosts that ended on their own meanwhile (the job was over for
+    // them once another host left) do not make it a failure; the code says it was interrupted.
+    if (!jobCode_ && userStop_ != 0 &&
+        std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.code != 0; })) {
+      jobCode_ = 128 + userStop_;
+    }
     summarize();
     return jobCode_.value_or(0);
   }
@@ -285,11 +291,11 @@ class Fanout {
     while (::read(signalFd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       const int signal = static_cast<int>(info.ssi_signo);
       if (stops(signal)) {
-        if (!userStop_) {
+        if (userStop_ == 0) {
           say(signalName(signal) + ": stopping the job on every host" +
               (signal == SIGINT ? " (Ctrl-C again to kill the workers at once)" : ""));
+          userStop_ = signal;
         }
-        userStop_ = true;
       }
       forward(signal);
     }
@@ -427,12 +433,15 @@ class Fanout {
   // The first host to fail sets the job's code; the others get kPeerGrace to end on their own
   // (a failed job ends everywhere at once), or none when that host never started its agent.
   void noteFailure(const Node& node) {
+    if (userStop_ != 0) {
+      return;  // a consequence of the stop (run() gives the job 128 + the signal)
+    }
     if (!jobCode_) {
       jobCode_ = node.code;
       firstFailure_ = "host " + node.spec->host + " (node " + std::to_string(node.spec->nodeRank) +
                       ") ended with exit code " + std::to_string(node.code.value_or(kSshFailed));
     }
-    if (userStop_ || peerDeadline_ || closeDeadline_ || killDeadline_) {
+    if (peerDeadline_ || closeDeadline_ || killDeadline_) {
       return;
     }
     peerDeadline_ = Clock::now() + (node.ready ? kPeerGrace : milliseconds(0));
@@ -494,7 +503,7 @@ class Fanout {
   const SshPlan& plan_;
   std::vector<Node> nodes_;
   UniqueFd signalFd_;
-  bool userStop_ = false;  // a stop signal reached this dtrun
+  int userStop_ = 0;  // the first stop signal that reached this dtrun; 0 for none
   std::optional<int> jobCode_;
   std::string firstFailure_;  // "host h (node n) ended with exit code c"
   std::optional<Clock::time_point> peerDeadline_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -22,7 +23,15 @@ bool forwardable(int signal) {
          signal == SIGUSR1 || signal == SIGUSR2;
 }
 
-// The helper: only system calls from here on (forked from the agent's one thread).
+long long nowMs() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+}
+
+// The helper: only system calls from here on (forked from the agent's one thread). The first
+// stop signal or the end of the session arms the backstop: SIGKILL `graceMs` later (an agent
+// blocked where it cannot take signals, e.g. reaching a store that is gone, still ends).
 [[noreturn]] void watch(pid_t agent, long long graceMs) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent) {
@@ -30,24 +39,47 @@ bool forwardable(int signal) {
   }
   ::prctl(PR_SET_NAME, "dtrun-stdin");
   std::array<unsigned char, 64> buffer{};
+  long long killAt = -1;
+  bool open = true;
   for (;;) {
+    int waitMs = -1;
+    if (killAt >= 0) {
+      const long long left = killAt - nowMs();
+      if (left <= 0) {
+        break;
+      }
+      waitMs = static_cast<int>(left);
+    }
+    if (!open) {
+      ::poll(nullptr, 0, waitMs);
+      continue;
+    }
+    pollfd fd{kWatchedFd, POLLIN, 0};
+    const int ready = ::poll(&fd, 1, waitMs);
+    if (ready <= 0) {
+      continue;  // the deadline (checked above), or EINTR
+    }
     const ssize_t n = ::read(kWatchedFd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    if (n <= 0) {
-      break;  // end of file, or the session broke
+    if (n <= 0) {  // end of file, or the session broke: the launcher is gone
+      open = false;
+      ::kill(agent, SIGTERM);
+      if (killAt < 0) {
+        killAt = nowMs() + graceMs;
+      }
+      continue;
     }
     for (ssize_t i = 0; i < n; ++i) {
       const int signal = buffer[static_cast<std::size_t>(i)];
       if (forwardable(signal)) {
         ::kill(agent, signal);
+        if (killAt < 0 && signal != SIGUSR1 && signal != SIGUSR2) {
+          killAt = nowMs() + graceMs;
+        }
       }
     }
-  }
-  ::kill(agent, SIGTERM);
-  timespec left{static_cast<time_t>(graceMs / 1000), static_cast<long>(graceMs % 1000) * 1000000L};
-  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
   }
   ::kill(agent, SIGKILL);  // still there after its grace: its workers die with it (PDEATHSIG)
   ::_exit(0);

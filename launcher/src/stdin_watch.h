@@ -2,9 +2,9 @@
 // stdin is the ssh session, and the session's end means the launcher is gone (Ctrl-C'd, killed,
 // its host or network down). A helper process forked here reads it: each byte is a signal number
 // that the launcher forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2), sent on to the
-// agent; end of file is SIGTERM, then SIGKILL `grace` later if the agent is still there. The
-// agent's own stdin becomes /dev/null. Call once, after the signals are blocked and before the
-// agent starts (no thread may exist: it forks).
+// agent; end of file is SIGTERM. The first stop signal (or the end) arms a backstop: SIGKILL
+// `grace` later if the agent is still there. The agent's own stdin becomes /dev/null. Call once,
+// after the signals are blocked and before the agent starts (no thread may exist: it forks).
 #pragma once
 
 #include <chrono>
