@@ -311,7 +311,8 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
                                       "--node_rank=" + std::to_string(i),
                                       "--rdzv_backend=c10d",
                                       "--rdzv_endpoint=" + plan.rdzvEndpoint,
-                                      "--rdzv_id=" + plan.rdzvId};
+                                      "--rdzv_id=" + plan.rdzvId,
+                                      "--scheduler=none"};
     std::string nodeConf = userConf;
     if (rendezvous.server) {
       nodeConf += std::string(nodeConf.empty() ? "" : ",") +

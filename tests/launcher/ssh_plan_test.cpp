@@ -70,8 +70,8 @@ TEST_CASE("one ssh per host: node rank by order, c10d on the first host, slots a
   CHECK(plan.rdzvEndpoint == "node1:" + std::to_string(port));
   CHECK(plan.shutdownTimeout == std::chrono::seconds(30));
 
-  const std::string common =
-      " --rdzv_backend=c10d --rdzv_endpoint=node1:" + std::to_string(port) + " --rdzv_id=job7";
+  const std::string common = " --rdzv_backend=c10d --rdzv_endpoint=node1:" + std::to_string(port) +
+                             " --rdzv_id=job7 --scheduler=none";
   const std::string env =
       "cd -- /home/u/job && exec env NCCL_DEBUG=INFO PET_MAX_RESTARTS=2 "
       "PYTHONPATH=/src /opt/dtrun/bin/dtrun --watch_stdin --nnodes=3 ";
