@@ -59,16 +59,24 @@ std::vector<fs::path> requestFlightRecords(const fs::path& rankDir) {
   return dumps;
 }
 
+// Until `file` exists and is not empty, the deadline passes or the dump is cancelled.
+void waitForContent(const fs::path& file, std::chrono::steady_clock::time_point deadline,
+                    const std::atomic<bool>& cancelled) {
+  std::error_code ec;
+  // file_size of a file not there yet is not 0 but an error: wait for both to clear.
+  while ((fs::file_size(file, ec) == 0 || ec) && std::chrono::steady_clock::now() < deadline &&
+         !cancelled.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // What the flight recorder wrote, for the rank's stack text: the files and how to read them.
 std::string flightRecords(const std::vector<fs::path>& dumps, const std::atomic<bool>& cancelled) {
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + kFlightRecordWait;
   for (const fs::path& dump : dumps) {
+    waitForContent(dump, deadline, cancelled);
     std::error_code ec;
-    while (fs::file_size(dump, ec) == 0 && std::chrono::steady_clock::now() < deadline &&
-           !cancelled.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
     const auto size = fs::file_size(dump, ec);
     text += ec ? "\nNCCL flight recorder: asked, nothing written to " + dump.string() + "\n"
                : "\nNCCL flight recorder: " + dump.string() + " (" + std::to_string(size) +
@@ -92,12 +100,7 @@ HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& a
     std::string stack = nativeStack(t.pid, pathVariable, kStackToolTimeout, &cancelled);
     if (t.pythonStacks) {
       const fs::path pythonStack = t.dir / "python_stack.txt";
-      const auto deadline = std::chrono::steady_clock::now() + kPythonStackWait;
-      std::error_code ec;
-      while (fs::file_size(pythonStack, ec) == 0 && std::chrono::steady_clock::now() < deadline &&
-             !cancelled.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+      waitForContent(pythonStack, std::chrono::steady_clock::now() + kPythonStackWait, cancelled);
       stack += "\nPython stacks (faulthandler):\n" + tailOfFile(pythonStack.string(), 200);
     }
     stack += flightRecords(t.flightRecords, cancelled);

@@ -5,6 +5,8 @@
 #   late_init      rank 1 never reaches init_process_group: "has not entered any collective"
 #   skip_barrier   rank 1 skips a barrier: it is in all_reduce while the others wait in barrier
 #   recv_deadlock  rank 1 waits in recv: named, with its Python stack (faulthandler) in the report
+#   flight_recorder  torch >= 2.2's debug-info pipe (served by the worker, as torch's
+#                  ProcessGroupNCCL would): written on the hang, each rank's dump named
 #   patched        a script that wraps dist.all_reduce itself still runs and finishes
 #   no_dist        a script without torch (and the python3 on PATH, which has none) is not harmed,
 #                  Debian's own sitecustomize still runs after dtrun's, --python_hook=off adds none
@@ -49,6 +51,18 @@ check "$work/recv_deadlock.json" '"torch_hang_cases.py" in [x for x in r["hang"]
 grep -q "File .*torch_hang_cases.py" "$work/logs/recv_deadlock/attempt_0/1/stack.txt" ||
   note_fail "recv_deadlock: rank 1's stack.txt has no Python frame of the script"
 pass "hangs named: late_init, skip_barrier, recv_deadlock"
+
+# torch >= 2.2's flight recorder, its debug-info pipe served by the worker itself (see
+# workers/torch_hang_cases.py): dtrun writes the pipe of every rank on a hang and names the dump.
+hang_case flight_recorder "^dtrun: hang: rank 1 on .* is in recv #7 \(group world\)"
+for r in 0 1 2; do
+  dump=$work/logs/flight_recorder/attempt_0/$r/nccl_trace_rank_$r
+  [[ -s $dump ]] || note_fail "flight_recorder: rank $r was not asked for its dump ($dump)"
+  grep -q "NCCL flight recorder: $dump ([0-9]* bytes" "$work/logs/flight_recorder/attempt_0/$r/stack.txt" ||
+    note_fail "flight_recorder: rank $r's stack.txt does not name its dump"
+done
+check "$work/flight_recorder.json" '"nccl_trace_rank_1" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "flight_recorder: the report names rank 1's dump"
+pass "flight recorder: every rank's debug-info pipe written on the hang, the dumps named in the report"
 
 rc=0
 CASE=patched timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=5 --tee=3 \

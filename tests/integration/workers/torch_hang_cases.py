@@ -5,6 +5,12 @@ chosen by CASE, for tests/integration/torch_hang_test.sh:
   recv_deadlock  rank 1 waits in recv from rank 0, which never sends
   patched        the script wraps dist.all_reduce itself (as profilers do), then finishes
   no_dist        never imports torch: prints the sitecustomize that ran, and finishes
+  flight_recorder  recv_deadlock, with every rank also doing what torch >= 2.2's ProcessGroupNCCL
+                 does with TORCH_NCCL_DEBUG_INFO_PIPE_FILE (this machine's torch 1.13 has no
+                 NCCL and no flight recorder): a FIFO <pipe prefix><rank>.pipe read without
+                 blocking about once a second, and on a write, a dump of the recent collectives
+                 to <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>. It checks dtrun's half of the
+                 protocol: the pipe is written on a hang and the dump is named in the report.
 """
 import os
 import sys
@@ -25,8 +31,36 @@ def sleep_before_init():
     time.sleep(3600)
 
 
+def serve_debug_info_pipe():
+    import pickle
+    import threading
+
+    pipe = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] + f"{rank}.pipe"
+    dump = os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] + f"{rank}"
+    os.mkfifo(pipe, 0o666)
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+
+    def watch():
+        while True:
+            time.sleep(0.2)
+            try:
+                asked = os.read(fd, 1)
+            except BlockingIOError:
+                continue
+            if asked:
+                with open(dump + ".tmp", "wb") as f:
+                    pickle.dump({"version": "2.2", "entries": [{"profiling_name": "nccl:recv"}]}, f)
+                os.rename(dump + ".tmp", dump)
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 if case == "late_init" and rank == 1:
     sleep_before_init()
+if case == "flight_recorder":
+    serve_debug_info_pipe()
+    case = "recv_deadlock"
 if case == "patched":
     original = dist.all_reduce
     calls = []
