@@ -148,6 +148,8 @@ class Keeper {
         AssignValue v;
         v.kind = AssignValue::Kind::kSpare;
         static_cast<void>(store_->set(keys_.assign(m.round, m.slot), detail::encodeAssign(v)));
+      } else if (m.verb == "leave" && (phase_ == Phase::kClosed || phase_ == Phase::kExiting)) {
+        onLeave(m.agentId);  // it left during the round that ended the job
       }
       return;
     }
@@ -164,12 +166,16 @@ class Keeper {
     } else if (m.verb == "leave") {
       onLeave(m.agentId);
     } else if (m.verb == "bye") {
-      byes_.insert(m.agentId);
-      if (phase_ == Phase::kExiting && membersGone()) {
-        finish("every node passed the exit barrier");
-      } else if (phase_ == Phase::kClosed && byes_.size() >= static_cast<std::size_t>(expected_)) {
-        finish("every node learned that the job is over");
-      }
+      onBye(m.agentId);
+    }
+  }
+
+  void onBye(const std::string& agentId) {
+    byes_.insert(agentId);
+    if (phase_ == Phase::kExiting && membersGone()) {
+      finish("every node passed the exit barrier");
+    } else if (phase_ == Phase::kClosed && byes_.size() >= static_cast<std::size_t>(expected_)) {
+      finish("every node learned that the job is over");
     }
   }
 
@@ -309,6 +315,13 @@ class Keeper {
 
   void onLeave(const std::string& agentId) {
     spares_.erase(agentId);
+    if (phase_ == Phase::kExiting || phase_ == Phase::kClosed) {
+      // Stopped by a signal once the job was over for it: it says no bye, its leave is one
+      // (else the store's host waits out close_timeout for nodes that are gone: all agents
+      // signalled at once, one leave closes the job and the others' leaves came after).
+      onBye(agentId);
+      return;
+    }
     if (phase_ != Phase::kRunning) {
       return;
     }

@@ -250,6 +250,28 @@ TEST_CASE("a spare learns that the job succeeded without it, its bye does not en
   CHECK(a->waitFinished(milliseconds(5000)).isOk());
 }
 
+TEST_CASE("nodes leaving after the job closed count as gone: the keeper finishes at once",
+          "[round]") {
+  // Every agent signalled at once (a launcher's Ctrl-C): a's leave drops the job below its
+  // minimum and closes it; b's and d's leaves arrive after that and must count as their byes.
+  Cluster c;
+  auto s = fastSettings(3, 3);
+  s.closeTimeout = milliseconds(20000);
+  auto a = c.member("job", s, "a");
+  auto b = c.member("job", s, "b");
+  auto d = c.member("job", s, "d");
+  joinAll({a.get(), b.get(), d.get()});
+  REQUIRE(a->leave("SIGTERM").isOk());
+  const std::atomic<bool> cancel{false};
+  auto end = b->waitEnd(cancel);
+  REQUIRE(end.isOk());
+  CHECK_THAT(end.value().message, Catch::Contains("(a) left the job"));
+  std::this_thread::sleep_for(milliseconds(200));  // the keeper closes the job first
+  REQUIRE(b->leave("SIGTERM").isOk());
+  REQUIRE(d->leave("SIGTERM").isOk());
+  CHECK(b->waitFinished(milliseconds(3000)).isOk());
+}
+
 TEST_CASE("round codec rejects malformed values and orders nodes", "[round]") {
   CHECK_FALSE(detail::decodeRecord("{").has_value());
   CHECK_FALSE(detail::decodeRecord("[]").has_value());
