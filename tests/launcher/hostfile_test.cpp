@@ -87,7 +87,7 @@ TEST_CASE("hostfile errors name file:line and the fix", "[unit]") {
   CHECK(errorOf("a@b@c\n").starts_with("hf:1: 'a@b@c' is not user@host"));
 }
 
-TEST_CASE("--hosts takes a comma list, host:N giving slots", "[unit]") {
+TEST_CASE("a host list (--hosts) is comma-separated, host:N giving slots", "[unit]") {
   const auto hosts = launcher::parseHostList("a,b:4, c ,[fe80::1]:2,fe80::2");
   REQUIRE(hosts.isOk());
   REQUIRE(names(hosts.value()) == std::vector<std::string>{"a", "b", "c", "[fe80::1]", "fe80::2"});
@@ -104,7 +104,7 @@ TEST_CASE("--hosts takes a comma list, host:N giving slots", "[unit]") {
       "--hosts: host a is listed twice;"));
 }
 
-TEST_CASE("--include and --exclude keep the hostfile's order", "[unit]") {
+TEST_CASE("host selection (--include, --exclude) keeps the hostfile's order", "[unit]") {
   const auto all = launcher::parseHostList("n1,n2,n3,n4").value();
   const auto pick = [&all](const std::optional<std::string>& include,
                            const std::optional<std::string>& exclude) {

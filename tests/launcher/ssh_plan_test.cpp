@@ -91,7 +91,8 @@ TEST_CASE("one ssh per host: node rank by order, c10d on the first host, slots a
                                                        plan.nodes[2].remoteCommand});
 }
 
-TEST_CASE("--nproc_per_node wins over slots; --export, --remote_workdir, --ssh_config", "[unit]") {
+TEST_CASE("nproc: --nproc_per_node wins over slots; --export, --remote_workdir, --ssh_config",
+          "[unit]") {
   const auto plan =
       sshPlanOk({"--hosts=a:4,b", "--nproc_per_node=3", "--export=DATA,MODE=fast", "--export=HOME",
                  "--remote_workdir=/scratch/run", "--remote_dtrun=/usr/bin/dtrun",
@@ -112,7 +113,7 @@ TEST_CASE("--nproc_per_node wins over slots; --export, --remote_workdir, --ssh_c
   CHECK(plan.nodes[1].argv[13] == "b");
 }
 
-TEST_CASE("--rdzv_endpoint names the store: is_host only where it is", "[unit]") {
+TEST_CASE("the store: --rdzv_endpoint names it, is_host only where it is", "[unit]") {
   auto plan = sshPlanOk({"--hosts=a,b,c", "--rdzv_endpoint=b:29400", "./w"});
   CHECK(plan.rdzvEndpoint == "b:29400");
   CHECK(plan.nodes[0].remoteCommand.find("is_host=false") != std::string::npos);
