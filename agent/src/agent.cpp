@@ -212,6 +212,7 @@ class Agent {
     if (std::find(forwarded.begin(), forwarded.end(), sig) != forwarded.end()) {
       log::agent().info("received {}: forwarding it to every worker (the job keeps running)",
                         detail::signalName(sig));
+      log_.signalReceived(sig, false);
       group_.signalAll(sig);
       return;
     }
@@ -222,6 +223,7 @@ class Agent {
     }
     log::agent().warn("received {}: forwarding it to every worker and stopping",
                       detail::signalName(sig));
+    log_.signalReceived(sig, true);
     stopReason_ = StopReason::kSignal;
     stopSignal_ = sig;
     hangWatch_->stopDump();

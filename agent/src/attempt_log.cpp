@@ -59,7 +59,8 @@ std::optional<Clock::time_point> clockOf(std::int64_t ns) {
 
 }  // namespace
 
-AttemptLog::AttemptLog(const AgentConfig& config, const std::string& host) : config_(config) {
+AttemptLog::AttemptLog(const AgentConfig& config, const std::string& host)
+    : config_(config), events_(config.eventLogFile, config.runId, host) {
   record_.runId = config.runId;
   record_.entrypoint = config.entrypointName;
   record_.command = config.command;
@@ -69,6 +70,7 @@ AttemptLog::AttemptLog(const AgentConfig& config, const std::string& host) : con
   record_.nprocPerNode = config.nprocPerNode;
   record_.maxRestarts = config.maxRestarts;
   record_.agentStart = Clock::now();
+  events_.agentStarted(record_);
 }
 
 void AttemptLog::begin(int attempt, const std::filesystem::path& attemptDir,
@@ -99,6 +101,8 @@ void AttemptLog::begin(int attempt, const std::filesystem::path& attemptDir,
     a.ranks.push_back(rank);
   }
   record_.attempts.push_back(std::move(a));
+  const std::size_t n = record_.attempts.size();
+  events_.attemptBegun(record_.attempts.back(), n > 1 ? &record_.attempts[n - 2] : nullptr);
 }
 
 void AttemptLog::started(const GroupStart& start, const WorkerGroup& group) {
@@ -109,6 +113,7 @@ void AttemptLog::started(const GroupStart& start, const WorkerGroup& group) {
       attempt().ranks[static_cast<std::size_t>(w.localRank)].pid = w.child->pid();
     }
   }
+  events_.attemptStarted(attempt());
 }
 
 void AttemptLog::stopBegan() {
@@ -119,7 +124,16 @@ void AttemptLog::stopBegan() {
 
 void AttemptLog::exited(int localRank, ExitStatus status) {
   if (!record_.attempts.empty()) {
-    attempt().ranks[static_cast<std::size_t>(localRank)].exit = status;
+    RankRecord& rank = attempt().ranks[static_cast<std::size_t>(localRank)];
+    rank.exit = status;
+    events_.workerExited(attempt(), rank);
+  }
+}
+
+void AttemptLog::setHang(HangRecord hang) {
+  record_.hang = std::move(hang);
+  if (!record_.attempts.empty()) {
+    events_.hang(attempt(), *record_.hang);
   }
 }
 
@@ -153,6 +167,7 @@ void AttemptLog::end(StopReason reason, const std::vector<WorkerFailure>& failur
                     ? record_.hang->summary
                     : "rank " + std::to_string(f.rank) + " failed: " + f.status.describe();
   }
+  events_.attemptEnded(a);
   if (config_.verbose) {
     std::cerr << formatTimeline(record_, a);
   }
@@ -162,6 +177,7 @@ void AttemptLog::finish(int exitCode, StopReason reason) {
   record_.ended = Clock::now();
   record_.exitCode = exitCode;
   record_.outcome = jobOutcome(record_, exitCode, reason);
+  events_.jobEnded(record_);
   if (config_.reportFile.empty() && !config_.verbose) {
     return;
   }

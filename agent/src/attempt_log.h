@@ -13,6 +13,7 @@
 #include "dtrun/round.h"
 
 #include "attempt_policy.h"
+#include "event_log.h"
 #include "failure_report.h"
 #include "run_report.h"
 #include "worker_group.h"
@@ -40,7 +41,11 @@ class AttemptLog {
            const std::optional<rdzv::RoundEnd>& roundEnd, const WorkerGroup& group);
 
   void setRootCause(const WorkerFailure& failure) { record_.rootCause = failure; }
-  void setHang(HangRecord hang) { record_.hang = std::move(hang); }
+  void setHang(HangRecord hang);
+  // A signal the agent received, that stops the job or is only forwarded (--event_log).
+  void signalReceived(int sig, bool stops) { events_.signal(sig, stops); }
+  // --event_log, for events recorded elsewhere (health checks).
+  EventLog& events() { return events_; }
 
   // The job's end: its outcome from the exit code and the last stop reason; the summary and
   // --report are written when asked for.
@@ -53,6 +58,7 @@ class AttemptLog {
 
   const AgentConfig& config_;
   JobRecord record_;
+  EventLog events_;  // every record above is also an event line, written as it is made
 };
 
 }  // namespace dtrun::agent::detail

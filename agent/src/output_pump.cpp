@@ -49,6 +49,13 @@ OutputPump::~OutputPump() {
   // The timer's own destructor cancels its wait; the handler sees alive == false.
 }
 
+void OutputPump::collapseInto(std::shared_ptr<CollapsedConsole> console, int rank,
+                              ConsoleStream stream) {
+  collapsed_ = std::move(console);
+  collapsedRank_ = rank;
+  collapsedStream_ = stream;
+}
+
 void OutputPump::start() { readSome(); }
 
 // Waits for readiness and reads itself, so no bytes ever sit in a queued completion handler
@@ -111,7 +118,26 @@ void OutputPump::writeConsole(const std::string& lines) {
   if (lines.empty()) {
     return;
   }
-  writeAll(consoleFd_, lines.data(), lines.size());
+  if (!collapsed_) {
+    writeAll(consoleFd_, lines.data(), lines.size());
+    copyDuplicates(lines);
+    return;
+  }
+  collapsed_->lines(collapsedStream_, collapsedRank_, lines);
+  if (duplicates_ && duplicates_->file.valid()) {
+    std::string prefixed;
+    const std::string prefix = "[rank " + std::to_string(collapsedRank_) + "]: ";
+    for (std::size_t start = 0; start < lines.size();) {
+      const std::size_t end = std::min(lines.find('\n', start), lines.size() - 1);
+      prefixed += prefix;
+      prefixed.append(lines, start, end + 1 - start);
+      start = end + 1;
+    }
+    copyDuplicates(prefixed);
+  }
+}
+
+void OutputPump::copyDuplicates(const std::string& lines) {
   if (!duplicates_ || !duplicates_->file.valid()) {
     return;
   }

@@ -21,6 +21,7 @@
 
 #include "dtrun/common.h"
 
+#include "collapsed_console.h"
 #include "console_lines.h"
 
 namespace dtrun::agent::detail {
@@ -48,6 +49,10 @@ class OutputPump {
   OutputPump& operator=(OutputPump&&) = delete;
   ~OutputPump();
 
+  // --console=collapse: whole lines go to `console` as `rank`'s (the pump's prefix must be
+  // empty); duplicate-filtered lines are copied behind "[rank N]: ". Call before start().
+  void collapseInto(std::shared_ptr<CollapsedConsole> console, int rank, ConsoleStream stream);
+
   void start();
   // Copies whatever is still buffered in the pipe without waiting, then stops; used once the
   // worker exited (its children may keep the pipe open, so EOF is not awaited).
@@ -60,6 +65,7 @@ class OutputPump {
   void consume(const char* data, std::size_t n);
   void flushPartialLine();
   void writeConsole(const std::string& lines);
+  void copyDuplicates(const std::string& lines);
   void armQuietFlush();
 
   boost::asio::posix::stream_descriptor pipe_;
@@ -68,6 +74,9 @@ class OutputPump {
   const int consoleFd_;
   ConsoleLines lines_;
   std::shared_ptr<DuplicateSink> duplicates_;
+  std::shared_ptr<CollapsedConsole> collapsed_;
+  int collapsedRank_ = 0;
+  ConsoleStream collapsedStream_ = ConsoleStream::kOut;
   boost::asio::steady_timer quietTimer_;
   bool quietArmed_ = false;
   // When the line held now began: the quiet spell counts from it, not from an earlier line's

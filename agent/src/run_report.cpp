@@ -18,7 +18,8 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// UTC, ISO 8601 with milliseconds: "2026-11-22T01:02:03.456Z".
+}  // namespace
+
 std::string isoTime(Clock::time_point time) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch());
   const std::time_t seconds = static_cast<std::time_t>(ms.count() / 1000);
@@ -31,6 +32,8 @@ std::string isoTime(Clock::time_point time) {
       std::snprintf(millis.data(), millis.size(), ".%03dZ", static_cast<int>(ms.count() % 1000)));
   return std::string(buffer.data(), n) + millis.data();
 }
+
+namespace {
 
 double seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();

@@ -95,6 +95,10 @@ struct JobRecord {
 // The report as JSON text (pretty-printed), valid against docs/report.schema.json.
 std::string reportJson(const JobRecord& job);
 
+// UTC, ISO 8601 with milliseconds: "2026-11-22T01:02:03.456Z" (the report's and the event
+// log's times).
+std::string isoTime(Clock::time_point time);
+
 // The console summary at exit: one line for the job, one per attempt, the root cause and the
 // hang, from the same record as the JSON.
 std::string formatSummary(const JobRecord& job);

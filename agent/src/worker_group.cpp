@@ -63,7 +63,11 @@ WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
       inheritedEnv_(std::move(inheritedEnv)),
       hostName_(std::move(hostName)),
       onExit_(std::move(onExit)),
-      graceTimer_(io) {}
+      graceTimer_(io) {
+  if (config_.console == AgentConfig::Console::kCollapse) {
+    collapsed_ = std::make_shared<CollapsedConsole>(io_);
+  }
+}
 
 GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   std::error_code ec;
@@ -76,6 +80,10 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   graceTimer_.cancel();
   workers_.clear();
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
+  if (collapsed_ && !config_.multiNode) {  // across nodes the relay counts the job's ranks
+    collapsed_->setExpectedRanks(config_.localRanksFilter ? config_.localRanksFilter->size()
+                                                          : workers_.size());
+  }
   stdoutDuplicates_ = files ? openDuplicates(config_.duplicateStdoutFilters,
                                              placement.attemptDir / "filtered_stdout.log")
                             : nullptr;
@@ -216,13 +224,21 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
   } else if (shown && !redirected) {
     mode = onConsole <= 1 ? ConsoleMode::kRaw : ConsoleMode::kLines;
   }
+  const bool collapse = collapsed_ && mode != ConsoleMode::kNone;
+  if (collapse) {
+    mode = ConsoleMode::kLines;  // every rank's lines, even a single one's, behind its ranks
+  }
   auto duplicates = !tee                      ? nullptr
                     : stream == Streams::kOut ? stdoutDuplicates_
                                               : stderrDuplicates_;
   // Every stream lands in the rank's log file, redirected or not.
-  auto pump =
-      std::make_unique<OutputPump>(io_, std::move(pipe), std::move(logFile), mode, consoleFd,
-                                   tee ? linePrefix(w) : std::string(), std::move(duplicates));
+  auto pump = std::make_unique<OutputPump>(
+      io_, std::move(pipe), std::move(logFile), mode, consoleFd,
+      tee && !collapse ? linePrefix(w) : std::string(), std::move(duplicates));
+  if (collapse) {
+    pump->collapseInto(collapsed_, w.rank,
+                       stream == Streams::kOut ? ConsoleStream::kOut : ConsoleStream::kErr);
+  }
   pump->start();
   return pump;
 }
@@ -309,6 +325,9 @@ void WorkerGroup::settle() {
     if (w.err) {
       w.err->drainAndStop();
     }
+  }
+  if (collapsed_) {
+    collapsed_->flushAll();  // the attempt's last lines before anything the agent says next
   }
 }
 

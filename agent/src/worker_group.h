@@ -82,6 +82,10 @@ class WorkerGroup {
   [[nodiscard]] bool allExited() const;
   [[nodiscard]] const std::vector<Worker>& workers() const { return workers_; }
   [[nodiscard]] const Worker* findByRank(int rank) const;
+  // --console=collapse's console (null otherwise); the multi-node relay feeds it too.
+  [[nodiscard]] const std::shared_ptr<CollapsedConsole>& collapsedConsole() const {
+    return collapsed_;
+  }
 
   // Kills and reaps every worker still running (the agent's last act; normally none is).
   void clear() { workers_.clear(); }
@@ -111,6 +115,7 @@ class WorkerGroup {
   // This attempt's filtered_stdout.log / filtered_stderr.log (null without filters).
   std::shared_ptr<DuplicateSink> stdoutDuplicates_;
   std::shared_ptr<DuplicateSink> stderrDuplicates_;
+  std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 
 }  // namespace dtrun::agent::detail

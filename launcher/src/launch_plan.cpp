@@ -305,6 +305,18 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     }
     config.reportFile = report->text;
   }
+  if (const auto events = options.find("event_log")) {
+    if (trim(events->text).empty()) {
+      return expected(*events, "a file path for the JSON-lines event log");
+    }
+    config.eventLogFile = events->text;
+  }
+  const auto console = options.get("console", "ranks");
+  if (console.text != "ranks" && console.text != "collapse") {
+    return expected(console, "ranks or collapse");
+  }
+  config.console = console.text == "collapse" ? agent::AgentConfig::Console::kCollapse
+                                              : agent::AgentConfig::Console::kRanks;
   // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
   // get their own per-rank files).
   config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");

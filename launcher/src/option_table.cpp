@@ -99,6 +99,12 @@ constexpr std::array kOptions = {
                "then exit without starting anything"},
     OptionSpec{"report", "", Kind::kValue, false,
                "Write the job's run report (JSON, docs/report.schema.json) to this file at exit"},
+    OptionSpec{"console", "", Kind::kValue, false,
+               "ranks (default: each rank's lines) or collapse (a line several ranks print "
+               "within 200 ms comes out once, as [ranks 0-7]: line, for the whole job)"},
+    OptionSpec{"event_log", "", Kind::kValue, false,
+               "Append one JSON line per state change (rounds, attempts, restarts, hangs, "
+               "signals; docs/event_log.schema.json) to this file"},
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},

@@ -115,6 +115,12 @@ struct AgentConfig {
   // <attempt dir>/filtered_stdout.log / filtered_stderr.log.
   std::vector<std::string> duplicateStdoutFilters;
   std::vector<std::string> duplicateStderrFilters;
+  // --console: kRanks prints each rank's lines (torchrun's console); kCollapse prints a line that
+  // several ranks printed within 200 ms once, behind "[ranks 0-7]: " (console_collapse.h), for the
+  // whole job on the node that hosts the store.
+  enum class Console : std::uint8_t { kRanks, kCollapse } console = Console::kRanks;
+  // --event_log: one JSON line per state change (docs/event_log.schema.json); "" = none.
+  std::string eventLogFile;
 
   std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
 
