@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     CLI::App app{"dtrun: a torchrun-compatible launcher and elastic agent", "dtrun"};
     app.set_version_flag("--version", std::string(launcher::versionLine()));
     const auto runStore = launcher::addStoreCommand(app);
+    const auto runReport = launcher::addReportCommand(app);
     launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {
       app.parse(launcher::argumentsForParse(argc, argv));
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("store")) {
       return runStore();  // until SIGINT, SIGTERM or SIGHUP
+    }
+    if (app.got_subcommand("report")) {
+      return runReport();
     }
     if (const std::optional<int> refused = launch.plan()) {
       return *refused;  // one line said why: 2 (a bad option) or 127 (no such program)

@@ -12,6 +12,7 @@ packages=(
   openmpi-bin  # tests/integration/mpirun_test.sh: mpirun starting dtrun per node
   dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
   elfutils gdb python3-jsonschema
+  chromium-headless-shell  # tests/integration/report_html_test.sh opens dtrun report --html
   openssh-client openssh-server  # dtrun --hostfile, and its test's sshd in each namespace
 )
 

@@ -20,6 +20,8 @@ struct SshPlan;
 // `dtrun store`: serves a rendezvous store alone (a dedicated store host, or tests). Registers
 // the subcommand on `app`; after parsing, call the returned function for the exit code.
 std::function<int()> addStoreCommand(CLI::App& app);
+// `dtrun report FILE --html OUT`; the function runs it once parsed (else returns -1).
+std::function<int()> addReportCommand(CLI::App& app);
 
 // `dtrun [options] <entrypoint> [args...]`, step by step: plan(), then prepareProcess(), then
 // printDryRun() or runAgent(). Lives in main, next to the app it registers on.
