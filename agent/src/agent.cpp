@@ -33,6 +33,7 @@
 
 #include "attempt_log.h"
 #include "attempt_policy.h"
+#include "console_relay.h"
 #include "failure_report.h"
 #include "hang_watch.h"
 #include "job_coordinator.h"
@@ -161,6 +162,16 @@ class Agent {
       job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(link.member),
                                                       multi->keepAliveInterval,
                                                       [this](const Status& s) { onStoreLost(s); });
+      if (const auto& console = group_.collapsedConsole()) {  // the job's lines to one console
+        auto relay = detail::ConsoleRelay::connect(io_, link.client, config_.runId, console,
+                                                   store_ != nullptr);
+        if (relay.isOk()) {
+          consoleRelay_ = std::move(relay).value();
+        } else {
+          log::agent().warn("--console=collapse merges this node's ranks only: {}",
+                            relay.status().message());
+        }
+      }
       if (config_.hangTimeout.count() > 0) {  // the other nodes' ranks, for the diagnosis
         auto connected = detail::ProgressExchange::connect(io_, link.client, config_.runId);
         if (connected.isOk()) {
@@ -573,6 +584,7 @@ class Agent {
   std::unique_ptr<rdzv::KeeperService> keepers_;
   std::unique_ptr<detail::JobCoordinator> job_;  // multi-node only
   detail::WorkerGroup group_;
+  std::unique_ptr<detail::ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node
   std::unique_ptr<detail::HangWatch> hangWatch_;
   detail::AttemptLog log_;  // what --report writes and the summary at exit shows
   UniqueFd signalFd_;

@@ -36,6 +36,10 @@ class CollapsedConsole {
   void setSink(Sink sink) { sink_ = std::move(sink); }
   // How many ranks print to this console: a group of that many leaves at once.
   void setExpectedRanks(std::size_t n) { collapse_.setExpectedRanks(n); }
+  void setWindow(std::chrono::milliseconds window) { collapse_.setWindow(window); }
+  // This console merges the whole job's lines (the store's node, console_relay.h).
+  void setJobWide(bool jobWide) { jobWide_ = jobWide; }
+  [[nodiscard]] bool jobWide() const { return jobWide_; }
   // Whole lines of one rank's stream, each with its end, as ConsoleLines cuts them.
   void lines(ConsoleStream stream, int rank, std::string_view text);
   // A group another node collapsed, printed `age` ago there.
@@ -53,6 +57,7 @@ class CollapsedConsole {
   ConsoleCollapse collapse_;
   Sink sink_;
   bool armed_ = false;
+  bool jobWide_ = false;
   ConsoleCollapse::Clock::time_point armedFor_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -53,6 +53,7 @@ class ConsoleCollapse {
       : window_(window), expected_(expectedRanks) {}
 
   void setExpectedRanks(std::size_t n) { expected_ = n; }
+  void setWindow(std::chrono::milliseconds window) { window_ = window; }
   [[nodiscard]] std::chrono::milliseconds window() const { return window_; }
 
   // A whole line printed by `ranks` (one rank, or a group another node collapsed already) at
@@ -76,7 +77,7 @@ class ConsoleCollapse {
   [[nodiscard]] bool ready(const Group& g, Clock::time_point now) const;
   static std::string key(ConsoleStream stream, std::string_view text);
 
-  const std::chrono::milliseconds window_;
+  std::chrono::milliseconds window_;
   std::size_t expected_;
   std::deque<Group> groups_;
   std::uint64_t nextSeq_ = 0;  // seq of the next group opened

@@ -80,9 +80,12 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   graceTimer_.cancel();
   workers_.clear();
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
-  if (collapsed_ && !config_.multiNode) {  // across nodes the relay counts the job's ranks
-    collapsed_->setExpectedRanks(config_.localRanksFilter ? config_.localRanksFilter->size()
-                                                          : workers_.size());
+  if (collapsed_) {  // a group of every rank on this console leaves at once
+    const std::size_t local =
+        config_.localRanksFilter ? config_.localRanksFilter->size() : workers_.size();
+    collapsed_->setExpectedRanks(collapsed_->jobWide() && !config_.localRanksFilter
+                                     ? static_cast<std::size_t>(placement.worldSize)
+                                     : local);
   }
   stdoutDuplicates_ = files ? openDuplicates(config_.duplicateStdoutFilters,
                                              placement.attemptDir / "filtered_stdout.log")

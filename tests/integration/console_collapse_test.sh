@@ -79,6 +79,8 @@ if [[ $rc -ne 0 ]]; then
 elif figures=$(check_collapsed "$work/one.out" "$work/one.err" "one node"); then
   pass "one node, 8 ranks: $figures"
   grep -m3 'ranks' "$work/one.out" | sed 's/^/    | /'
+else
+  note_fail "one node: $figures"
 fi
 # The per-rank logs stay exact: rank 3's stdout is its own 20 lines, no prefix.
 expected=$(for s in $(seq 0 9); do echo "epoch $s loss 0.41"; echo "rank 3 sees $s"; done)
@@ -94,6 +96,33 @@ BARRIER_DIR=$work/b2 timeout "$LIMIT" "$DTRUN" --nproc_per_node=8 --log_dir="$wo
   --rdzv_id=plain "$WORKER" >"$work/plain.out" 2>"$work/plain.err" || rc=$?
 n=$(grep -c '^epoch 3 loss 0.41$' "$work/plain.out" || true)
 [[ $rc -eq 0 && $n -eq 8 ]] || note_fail "--console=ranks (default): rc $rc, $n copies of a line (8 expected)"
+
+# Two agents on loopback as two nodes, 4 ranks each: node 0 hosts the store and prints the
+# whole job's console, collapsed across both nodes; node 1's console stays empty of lines.
+port=$(free_port)
+mkdir -p "$work/b3"
+declare -A agent_pid=()
+for n in 0 1; do
+  BARRIER_DIR=$work/b3 "$DTRUN" --nnodes=2 --node_rank=$n --nproc_per_node=4 --console=collapse \
+    --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=two \
+    --log_dir="$work/logs/n$n" "$WORKER" >"$work/n$n.out" 2>"$work/n$n.err" &
+  agent_pid[$n]=$!
+  pids+=("$!")
+  [[ $n -eq 0 ]] && sleep 0.5  # node 0 binds the endpoint's port first: it hosts the store
+done
+two_ok=1
+for n in 0 1; do
+  wait_agent "${agent_pid[$n]}" $((SECONDS + LIMIT))
+  [[ $rc -eq 0 ]] || { two_ok=0; tail -5 "$work/n$n.err" >&2; note_fail "two nodes: node $n exited $rc"; }
+done
+if ((two_ok)); then
+  if figures=$(check_collapsed "$work/n0.out" "$work/n0.err" "two nodes"); then
+    pass "two nodes x 4 ranks, node 0's console: $figures"
+  else
+    note_fail "two nodes: $figures"
+  fi
+  [[ $(grep -c 'epoch' "$work/n1.out" || true) -eq 0 ]] || note_fail "two nodes: node 1 printed lines itself"
+fi
 
 # A bad value: one line naming the option and the fix, exit 2.
 rc=0
