@@ -33,6 +33,7 @@
 
 #include "attempt_log.h"
 #include "attempt_policy.h"
+#include "attempt_progress.h"
 #include "console_relay.h"
 #include "failure_report.h"
 #include "hang_watch.h"
@@ -48,6 +49,8 @@
 extern char** environ;  // NOLINT: POSIX declares it nowhere
 
 namespace dtrun::agent {
+
+static_assert(kExitNoProgress == rdzv::kExitNoProgress, "one exit code for a crash loop");
 namespace {
 
 namespace asio = boost::asio;
@@ -105,6 +108,7 @@ class Agent {
   explicit Agent(const AgentConfig& config)
       : config_(config),
         peerGraceTimer_(io_),
+        restartTimer_(io_),
         inheritedEnv_(environSnapshot()),
         host_(hostName()),
         group_(io_, config, inheritedEnv_, host_,
@@ -358,6 +362,10 @@ class Agent {
     stopReason_ = StopReason::kNone;
     failures_.clear();
     hangThisAttempt_ = false;
+    attemptProgress_ = detail::Progress::kUnknown;
+    if (!config_.progressFile.empty()) {
+      iterationAtStart_ = detail::readIteration(config_.progressFile);
+    }
     attemptSettled_ = false;
     attemptDir_ = attemptDir;
     log_.begin(restartCount_, attemptDir, assignment_, joinSent_, roundClosed_);
@@ -399,14 +407,16 @@ class Agent {
                         failure.pid, status.describe());
       stopReason_ = StopReason::kFailure;
       beginStop(SIGTERM);
+      describeFromFiles(failure, w.dir);
+      failure.noRestart =
+          failure.noRestart || (!status.signaled && status.code == agent::kExitNoRestart);
+      judgeAttempt();
       if (job_) {  // end the round for every node now, with this failure as its cause
-        describeFromFiles(failure, w.dir);
         failure.host = host_;
         failure.nodeRank = assignment_ ? assignment_->nodeRank : -1;
-        job_->endRound(rdzv::RoundEnd{
-            rdzv::RoundEnd::Kind::kFailure,
+        job_->endRound(roundFailure(
             "rank " + std::to_string(w.rank) + " on " + host_ + " failed: " + status.describe(),
-            detail::encodeFailure(failure), status.shellCode()});
+            failure, status.shellCode()));
       }
       failures_.push_back(failure);
     }
@@ -419,6 +429,46 @@ class Agent {
   // suspect on whichever node it runs, and dumps the stacks. The round's end goes out before
   // the dumps and the stop: the other nodes dump their workers' stacks meanwhile, before this
   // node's stopped workers break their connections.
+  // Whether this failed attempt moved the job forward, from its ranks' progress files and the
+  // user's checkpoint-iteration file; counts failed attempts in a row that did not.
+  void judgeAttempt() {
+    std::vector<progress::Snapshot> ranks;
+    for (const detail::Worker& w : group_.workers()) {
+      if (w.progress) {
+        if (auto snapshot = w.progress->read()) {
+          ranks.push_back(*snapshot);
+        }
+      }
+    }
+    const auto iterationNow =
+        config_.progressFile.empty() ? std::nullopt : detail::readIteration(config_.progressFile);
+    attemptProgress_ = detail::judgeProgress(ranks, iterationAtStart_, iterationNow);
+    noProgressStreak_ = attemptProgress_ == detail::Progress::kNone ? noProgressStreak_ + 1 : 0;
+  }
+
+  // Runs `next` after `delay` (at once for 0), unless the job stops meanwhile.
+  void after(std::chrono::milliseconds delay, std::function<void()> next) {
+    if (delay.count() <= 0) {
+      next();
+      return;
+    }
+    restartTimer_.expires_after(delay);
+    restartTimer_.async_wait([this, next = std::move(next)](const boost::system::error_code& ec) {
+      if (!ec && !finished_ && stopReason_ != StopReason::kSignal) {
+        next();
+      }
+    });
+  }
+
+  // The round's end for a failure here, with what the keeper needs to stop a crash loop.
+  rdzv::RoundEnd roundFailure(std::string message, const WorkerFailure& failure, int code) const {
+    rdzv::RoundEnd end{rdzv::RoundEnd::Kind::kFailure, std::move(message),
+                       detail::encodeFailure(failure), code};
+    end.progressed = attemptProgress_ != detail::Progress::kNone;
+    end.noRestart = failure.noRestart;
+    return end;
+  }
+
   void onHang(detail::HangDiagnosis diagnosis) {
     log::agent().error("hang: {}", diagnosis.summary);
     const auto suspect = std::find_if(diagnosis.ranks.begin(), diagnosis.ranks.end(),
@@ -441,10 +491,10 @@ class Agent {
     hangThisAttempt_ = true;
     stopReason_ = StopReason::kFailure;
     failures_.push_back(failure);
+    judgeAttempt();
     if (job_) {
-      job_->endRound(rdzv::RoundEnd{rdzv::RoundEnd::Kind::kFailure,
-                                    "hang found on " + host_ + ": " + diagnosis.summary,
-                                    detail::encodeFailure(failure), detail::kExitHang});
+      job_->endRound(roundFailure("hang found on " + host_ + ": " + diagnosis.summary, failure,
+                                  detail::kExitHang));
     }
     hangWatch_->dump(group_, attemptDir_, std::move(diagnosis),
                      [this](detail::HangRecord hang) { afterDump(std::move(hang)); });
@@ -477,6 +527,7 @@ class Agent {
     log_.stopBegan();
     hangWatch_->cancel();
     peerGraceTimer_.cancel();
+    restartTimer_.cancel();
     group_.stop(sig);
   }
 
@@ -505,6 +556,9 @@ class Agent {
     end.restartsUsed = restartCount_;
     end.maxRestarts = config_.maxRestarts;
     end.rootCauseCode = failures_.empty() ? 0 : failures_.front().status.shellCode();
+    end.noRestart = !failures_.empty() && failures_.front().noRestart;
+    end.noProgressStreak = noProgressStreak_;
+    end.maxNoProgress = config_.maxNoProgressAttempts;
     end.signal = stopSignal_;
     end.startupExitCode = startupExitCode_;
     if (roundEnd_) {
@@ -524,22 +578,36 @@ class Agent {
     switch (d.step) {
       case detail::NextStep::kAwaitRoundEnd:
         return;  // onRoundEnded() decides again
-      case detail::NextStep::kRendezvous:
+      case detail::NextStep::kRendezvous: {
         log::agent().info("rendezvous again: {}", roundEnd_->message);
-        rendezvous();
+        // After a failure every node waits the same backoff: the attempt number is the job's.
+        const auto delay = roundEnd_->kind == rdzv::RoundEnd::Kind::kFailure
+                               ? detail::restartDelay(restartCount_, config_.restartBackoff,
+                                                      config_.restartBackoffMax)
+                               : std::chrono::milliseconds(0);
+        after(delay, [this] { rendezvous(); });
         return;
+      }
       case detail::NextStep::kFinishAfterDrain:
         finishWithJob(d.exitCode);
         return;
-      case detail::NextStep::kRestart:
+      case detail::NextStep::kRestart: {
+        const auto delay =
+            detail::restartDelay(restartCount_, config_.restartBackoff, config_.restartBackoffMax);
         ++restartCount_;
-        log::agent().warn("restarting the worker group (restart {} of {}) after rank {} failed: {}",
-                          restartCount_, config_.maxRestarts, failures_.front().rank,
-                          failures_.front().status.describe());
-        startAttempt();
+        log::agent().warn(
+            "restarting the worker group (restart {} of {}{}) after rank {} failed: {}",
+            restartCount_, config_.maxRestarts,
+            delay.count() > 0 ? ", in " + std::to_string(delay.count()) + " ms" : "",
+            failures_.front().rank, failures_.front().status.describe());
+        after(delay, [this] { startAttempt(); });
         return;
+      }
       case detail::NextStep::kFinish:
         break;
+    }
+    if (!d.stoppedEarly.empty()) {
+      std::cerr << "dtrun: not restarting: " << d.stoppedEarly << "\n";
     }
     if (d.reportFailure) {
       for (auto& failure : failures_) {
@@ -578,6 +646,7 @@ class Agent {
   const AgentConfig& config_;
   asio::io_context io_;
   asio::steady_timer peerGraceTimer_;  // a hung job's stop waits for the other nodes' dumps
+  asio::steady_timer restartTimer_;    // --restart_backoff: the wait before the next attempt
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
@@ -598,6 +667,9 @@ class Agent {
   std::optional<detail::Clock::time_point> roundClosed_;
   std::vector<WorkerFailure> failures_;
   int restartCount_ = 0;
+  detail::Progress attemptProgress_ = detail::Progress::kUnknown;  // of the attempt that failed
+  int noProgressStreak_ = 0;                   // failed attempts in a row without progress
+  std::optional<long long> iterationAtStart_;  // --progress_file's number when the attempt began
   StopReason stopReason_ = StopReason::kNone;
   int stopSignal_ = 0;
   bool hangThisAttempt_ = false;  // this attempt's failure is a detected hang

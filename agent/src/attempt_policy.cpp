@@ -41,12 +41,25 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
     d.exitCode = 0;
     return d;
   }
-  if (end.restartsUsed < end.maxRestarts) {
-    d.step = NextStep::kRestart;
-    return d;
-  }
   d.exitCode = end.rootCauseCode;
   d.reportFailure = true;
+  if (end.noRestart) {
+    d.stoppedEarly = "the failed rank asked not to be restarted (exit code " +
+                     std::to_string(kExitNoRestart) + " or no_restart in its error file)";
+    return d;
+  }
+  if (end.maxNoProgress > 0 && end.noProgressStreak >= end.maxNoProgress) {
+    d.exitCode = kExitNoProgress;
+    d.stoppedEarly = std::to_string(end.noProgressStreak) +
+                     " attempts in a row made no progress (--max_no_progress_attempts=" +
+                     std::to_string(end.maxNoProgress) + ")";
+    return d;
+  }
+  if (end.restartsUsed < end.maxRestarts) {
+    d.step = NextStep::kRestart;
+    d.reportFailure = false;
+    d.exitCode = 0;
+  }
   return d;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "dtrun/common.h"
 #include "dtrun/round.h"
@@ -36,6 +37,12 @@ struct AttemptEnd {
   int startupExitCode = 1;  // reason == kStartup: 127 when the program cannot run
   // Multi-node: how the round ended, once known (it may arrive after the local group is down).
   std::optional<rdzv::RoundEnd::Kind> roundEnd;
+  // Single node (the keeper judges these for a job of several): the failed rank asked not to
+  // be restarted; failed attempts in a row, this one included, that made no progress; the
+  // limit on those (0 = none).
+  bool noRestart = false;
+  int noProgressStreak = 0;
+  int maxNoProgress = 0;
 };
 
 enum class NextStep : std::uint8_t {
@@ -55,6 +62,8 @@ struct Decision {
   bool leaveJob = false;
   // Multi-node: this node's workers all succeeded; tell the keeper before waiting.
   bool reportLocalSuccess = false;
+  // Why restarts stopped before the budget ran out: one line for the console ("" = they did not).
+  std::string stoppedEarly;
 };
 
 Decision decideAfterAttempt(const AttemptEnd& end);

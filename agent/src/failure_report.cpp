@@ -113,6 +113,11 @@ bool readErrorFile(const std::string& path, WorkerFailure& failure) {
   }
   failure.errorFile = path;
   failure.message = text;
+  const auto asks = [](const nlohmann::json& object) {
+    return object.is_object() && object.contains("no_restart") &&
+           object["no_restart"].is_boolean() && object["no_restart"].get<bool>();
+  };
+  failure.noRestart = asks(json) || asks(message);
   return true;
 }
 

@@ -24,6 +24,9 @@ struct WorkerFailure {
   std::string message;    // error file message, else stderr tail, else a hint
   std::string host;       // the node it happened on; "" = the report's host
   int nodeRank = -1;      // multi-node jobs: that node's rank
+  // The worker asked not to be restarted: it exited with kExitNoRestart, or its error file says
+  // "no_restart": true (at its top level or in "message").
+  bool noRestart = false;
 };
 
 // A failure as JSON text, for the other nodes of a job (the round's end carries it), and back;

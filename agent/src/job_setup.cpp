@@ -36,6 +36,7 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   settings.minNodes = multi.minNodes;
   settings.maxNodes = multi.maxNodes;
   settings.maxRestarts = config.maxRestarts;
+  settings.maxNoProgress = config.maxNoProgressAttempts;
   settings.joinTimeout = multi.joinTimeout;
   settings.lastCallTimeout = multi.lastCallTimeout;
   settings.closeTimeout = multi.closeTimeout;

@@ -143,6 +143,8 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
   put("DTRUN_PROGRESS_FILE", p.progressFile);
+  // The exit code that asks dtrun not to restart the job (a retry cannot help).
+  put("DTRUN_NO_RESTART_EXIT_CODE", std::to_string(kExitNoRestart));
   if (!config.pythonHookDir.empty()) {
     addPythonHook(config.pythonHookDir, p.logDir, env, index, put);
   }

@@ -12,6 +12,7 @@
 #include "placement_options.h"
 #include "plan_text.h"
 #include "resolver.h"
+#include "restart_options.h"
 #include "scheduler_merge.h"
 #include "text.h"
 #include "value_parsers.h"
@@ -558,6 +559,7 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   }
   DTRUN_TRY(resolveOutput(options, config));
   DTRUN_TRY(resolveStopping(options, config));
+  DTRUN_TRY(resolveRestarts(options, config));
   DTRUN_TRY(resolveInsight(options, host, plan));
   DTRUN_TRY(checkDiscardedLogs(options, plan));
 

@@ -76,6 +76,18 @@ constexpr std::array kOptions = {
                "unchanged)"},
     OptionSpec{"workers_per_gpu", "", Kind::kValue, false,
                "Put N workers on each GPU, each seeing only that GPU (LOCAL_RANK unchanged)"},
+    OptionSpec{"restart_backoff", "", Kind::kValue, false,
+               "Seconds to wait before the first restart, doubled for each next one up to "
+               "--restart_backoff_max (default 0: at once, as torchrun)"},
+    OptionSpec{"restart_backoff_max", "", Kind::kValue, false,
+               "The longest wait between restarts, in seconds (default 60)"},
+    OptionSpec{"max_no_progress_attempts", "", Kind::kValue, false,
+               "Stop after this many failed attempts in a row that made no progress (no rank "
+               "past its start, or no new checkpoint in --progress_file), exit 86 (default 0: "
+               "off)"},
+    OptionSpec{"progress_file", "", Kind::kValue, false,
+               "A file whose number is the last checkpoint's iteration: an attempt that raised it "
+               "made progress"},
     OptionSpec{"signals_to_handle", "", Kind::kValue, true,
                "Signals forwarded to the workers before dtrun exits (default "
                "SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},

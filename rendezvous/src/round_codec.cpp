@@ -74,7 +74,9 @@ json endJson(const RoundEnd& e) {
   return {{"kind", kKindNames.at(static_cast<std::size_t>(e.kind))},
           {"message", e.message},
           {"detail", e.detail},
-          {"exit_code", e.exitCode}};
+          {"exit_code", e.exitCode},
+          {"progressed", e.progressed},
+          {"no_restart", e.noRestart}};
 }
 
 RoundEnd endFrom(const json& j) {
@@ -88,6 +90,9 @@ RoundEnd endFrom(const json& j) {
   e.message = j.at("message").get<std::string>();
   e.detail = j.at("detail").get<std::string>();
   e.exitCode = integer<int>(j, "exit_code");
+  // Absent in an older agent's end: progress assumed, restarts allowed.
+  e.progressed = j.value("progressed", true);
+  e.noRestart = j.value("no_restart", false);
   return e;
 }
 
@@ -123,7 +128,8 @@ std::string encodeSettings(const RoundSettings& s) {
               {"last_call_ms", s.lastCallTimeout.count()},
               {"close_ms", s.closeTimeout.count()},
               {"keep_alive_ms", s.keepAliveInterval.count()},
-              {"keep_alive_max_attempt", s.keepAliveMaxAttempt}}
+              {"keep_alive_max_attempt", s.keepAliveMaxAttempt},
+              {"max_no_progress", s.maxNoProgress}}
       .dump();
 }
 
@@ -138,6 +144,7 @@ std::optional<RoundSettings> decodeSettings(const std::string& text) {
     s.closeTimeout = std::chrono::milliseconds(integer<std::int64_t>(j, "close_ms"));
     s.keepAliveInterval = std::chrono::milliseconds(integer<std::int64_t>(j, "keep_alive_ms"));
     s.keepAliveMaxAttempt = integer<int>(j, "keep_alive_max_attempt");
+    s.maxNoProgress = j.contains("max_no_progress") ? integer<int>(j, "max_no_progress") : 0;
     // --rdzv_conf's bounds (1e7 s, 1000 attempts): deadAfter() = their product cannot overflow.
     constexpr std::int64_t kMaxMs = std::int64_t{10'000'000} * 1000;
     if (s.minNodes < 1 || s.maxNodes < s.minNodes || s.keepAliveInterval.count() <= 0 ||

@@ -377,11 +377,23 @@ class Keeper {
     const int available = alive + static_cast<int>(spares_.size());
     expected_ = std::min(available, settings_.maxNodes);
     if (end.kind == RoundEnd::Kind::kFailure) {
-      if (attempt_ >= settings_.maxRestarts) {
+      noProgressStreak_ = end.progressed ? 0 : noProgressStreak_ + 1;
+      const bool crashLoop =
+          settings_.maxNoProgress > 0 && noProgressStreak_ >= settings_.maxNoProgress;
+      if (end.noRestart || crashLoop || attempt_ >= settings_.maxRestarts) {
         closedBy_ = end;
         closedBy_->kind = RoundEnd::Kind::kClosed;
-        closedBy_->message = end.message + "; no restarts left (max_restarts=" +
-                             std::to_string(settings_.maxRestarts) + ")";
+        closedBy_->message =
+            end.message + "; " +
+            (end.noRestart ? std::string("the failed rank asked not to be restarted")
+             : crashLoop
+                 ? std::to_string(noProgressStreak_) +
+                       " attempts in a row made no progress (max_no_progress=" +
+                       std::to_string(settings_.maxNoProgress) + ")"
+                 : "no restarts left (max_restarts=" + std::to_string(settings_.maxRestarts) + ")");
+        if (crashLoop && !end.noRestart) {
+          closedBy_->exitCode = kExitNoProgress;
+        }
       } else {
         ++attempt_;
       }
@@ -493,6 +505,7 @@ class Keeper {
   const std::atomic<bool>& stopping_;
   int round_ = 0;
   int attempt_ = 0;
+  int noProgressStreak_ = 0;  // failed rounds in a row whose failing node saw no progress
   int expected_;
   Phase phase_ = Phase::kGathering;
   std::vector<Member> arrived_;

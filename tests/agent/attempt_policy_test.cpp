@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "dtrun/agent.h"
+
 namespace {
 
 using dtrun::agent::detail::AttemptEnd;
@@ -167,4 +169,32 @@ TEST_CASE("many nodes: a node whose workers cannot start leaves the job with 127
   CHECK(d.step == NextStep::kFinish);
   CHECK(d.exitCode == 127);
   CHECK(d.leaveJob);
+}
+
+TEST_CASE("exit N at once: the failed rank asked not to be restarted", "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kFailure, true, 0, 5);
+  end.rootCauseCode = dtrun::agent::kExitNoRestart;
+  end.noRestart = true;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == dtrun::agent::kExitNoRestart);
+  CHECK(d.reportFailure);
+  CHECK(d.stoppedEarly ==
+        "the failed rank asked not to be restarted (exit code 87 or no_restart in its error file)");
+}
+
+TEST_CASE("exit 86: attempts in a row without progress stop the job before its budget",
+          "[unit][agent][policy]") {
+  AttemptEnd end = singleNode(StopReason::kFailure, true, 1, 10);
+  end.rootCauseCode = 1;
+  end.maxNoProgress = 2;
+  end.noProgressStreak = 1;
+  CHECK(decideAfterAttempt(end).step == NextStep::kRestart);
+  end.noProgressStreak = 2;
+  const Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == dtrun::agent::kExitNoProgress);
+  CHECK(d.stoppedEarly == "2 attempts in a row made no progress (--max_no_progress_attempts=2)");
+  end.maxNoProgress = 0;  // off: the budget alone decides
+  CHECK(decideAfterAttempt(end).step == NextStep::kRestart);
 }

@@ -152,6 +152,57 @@ TEST_CASE("a failure ends the round for everyone and the restart budget is job-w
   }
 }
 
+TEST_CASE("the keeper stops a crash loop, and a rank that asks not to be restarted", "[round]") {
+  Cluster c;
+  auto s = fastSettings(2, 2);
+  s.maxRestarts = 10;
+  s.maxNoProgress = 2;
+  auto a = c.member("loop", s, "a");
+  auto b = c.member("loop", s, "b");
+  RoundEnd stuck{RoundEnd::Kind::kFailure, "rank 1 failed", "{}", 7};
+  stuck.progressed = false;
+  RoundEnd moving = stuck;
+  moving.progressed = true;
+  // no progress, progress (the streak starts over), no progress: still restarting.
+  for (const RoundEnd& end : {stuck, moving, stuck}) {
+    auto round = joinAll({a.get(), b.get()});
+    REQUIRE_FALSE(round[0].closed);
+    REQUIRE(a->endRound(end).isOk());
+  }
+  auto fourth = joinAll({a.get(), b.get()});
+  REQUIRE_FALSE(fourth[0].closed);
+  CHECK(fourth[0].assignment.attempt == 3);
+  REQUIRE(b->endRound(stuck).isOk());  // the second in a row: the job stops, budget or not
+  for (const auto& o : joinAll({a.get(), b.get()})) {
+    REQUIRE(o.closed);
+    CHECK(o.end.exitCode == kExitNoProgress);
+    CHECK_THAT(o.end.message,
+               Catch::Contains("2 attempts in a row made no progress (max_no_progress=2)"));
+  }
+
+  auto x = c.member("asked", s, "x");
+  auto y = c.member("asked", s, "y");
+  joinAll({x.get(), y.get()});
+  RoundEnd asked{RoundEnd::Kind::kFailure, "rank 0 failed", "{}", 87};
+  asked.noRestart = true;
+  REQUIRE(x->endRound(asked).isOk());
+  for (const auto& o : joinAll({x.get(), y.get()})) {
+    REQUIRE(o.closed);
+    CHECK(o.end.exitCode == 87);
+    CHECK_THAT(o.end.message, Catch::Contains("the failed rank asked not to be restarted"));
+  }
+  // Both fields travel; an older agent's end (without them) means progress and restarts.
+  const auto decoded = detail::decodeEnd(detail::encodeEnd(asked));
+  REQUIRE(decoded);
+  CHECK(decoded->noRestart);
+  CHECK(decoded->progressed);
+  const auto old =
+      detail::decodeEnd(R"({"kind":"failure","message":"m","detail":"","exit_code":3})");
+  REQUIRE(old);
+  CHECK(old->progressed);
+  CHECK_FALSE(old->noRestart);
+}
+
 TEST_CASE("a silent node is declared dead and the survivors re-rendezvous", "[round]") {
   Cluster c;
   auto s = fastSettings(2, 3);

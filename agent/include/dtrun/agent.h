@@ -56,6 +56,13 @@ struct MultiNodeConfig {
 // the launcher before anything starts, or by the agent when exec fails anyway.
 constexpr int kExitCannotRun = 127;
 
+// Restarts that stop early: a worker that exits with kExitNoRestart (workers get it as
+// DTRUN_NO_RESTART_EXIT_CODE) asks not to be restarted, and dtrun exits with it; a job stopped
+// after --max_no_progress_attempts failed attempts in a row without progress exits
+// kExitNoProgress.
+constexpr int kExitNoRestart = 87;
+constexpr int kExitNoProgress = 86;
+
 // --log_dir's value that writes no log files (torchrun compares it with os.devnull exactly).
 inline constexpr std::string_view kDiscardLogs = "/dev/null";
 
@@ -82,6 +89,15 @@ struct AgentConfig {
   std::string runId;  // never empty: the launcher generates one when the user gave none
   int maxRestarts = 0;
   std::chrono::milliseconds shutdownTimeout{30000};  // SIGTERM -> SIGKILL grace
+  // --restart_backoff / --restart_backoff_max: the wait before restart n is
+  // backoff * 2^(n-1), at most the max (backoff 0 = restart at once, as torchrun).
+  std::chrono::milliseconds restartBackoff{0};
+  std::chrono::milliseconds restartBackoffMax{60000};
+  // --max_no_progress_attempts (0 = off): stop after this many failed attempts in a row that
+  // made no progress (kExitNoProgress). Progress: a rank past its start in its progress file, or
+  // a larger number in --progress_file (the user's checkpoint-iteration file, "" = none).
+  int maxNoProgressAttempts = 0;
+  std::string progressFile;
   // Signals that stop the job: forwarded to every worker group, then dtrun exits 128+signal.
   std::vector<int> signalsToHandle;
   std::string signalsToHandleText;  // as given, exported as TORCHELASTIC_SIGNALS_TO_HANDLE

@@ -20,12 +20,18 @@
 
 namespace dtrun::rdzv {
 
+// What every agent exits with when the keeper stops a job in a crash loop (agent::kExitNoProgress).
+constexpr int kExitNoProgress = 86;
+
 // torchrun's --rdzv_conf names and defaults; the job's first agent publishes them and the
 // keeper follows them.
 struct RoundSettings {
   int minNodes = 1;
   int maxNodes = 1;
   int maxRestarts = 0;
+  // Failed rounds in a row without progress after which the job stops (0 = never): dtrun's
+  // --max_no_progress_attempts, the keeper's half of it.
+  int maxNoProgress = 0;
   std::chrono::milliseconds joinTimeout{600000};
   std::chrono::milliseconds lastCallTimeout{30000};
   std::chrono::milliseconds closeTimeout{30000};  // the exit barrier's limit
@@ -68,6 +74,11 @@ struct RoundEnd {
   std::string message;  // one line, e.g. "node 2 (host-c) lost: no heartbeat for 15 s"
   std::string detail;   // the failing agent's report of its root cause (JSON text), if any
   int exitCode = 1;     // what every agent exits with when the job is over
+  // kFailure: whether the failed attempt moved the job forward (false only when the failing
+  // node's ranks report progress and none got past its start), and whether the failed worker
+  // asked not to be restarted. The keeper stops the job early on either.
+  bool progressed = true;
+  bool noRestart = false;
 };
 
 struct JoinOutcome {
