@@ -38,6 +38,7 @@
 #include "failure_report.h"
 #include "hang_watch.h"
 #include "job_coordinator.h"
+#include "job_report.h"
 #include "job_setup.h"
 #include "log.h"
 #include "root_cause_file.h"
@@ -163,6 +164,7 @@ class Agent {
     if (multi) {
       DTRUN_ASSIGN_OR_RETURN(auto link, detail::connectJob(config_, *multi, host_, store_.get()));
       keepers_ = std::move(link.keepers);
+      jobStore_ = link.client;
       job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(link.member),
                                                       multi->keepAliveInterval,
                                                       [this](const Status& s) { onStoreLost(s); });
@@ -324,10 +326,26 @@ class Agent {
   }
 
   // Leaves the job and exits; a store host first waits until every node has read the news.
+  // Every node leaves its report in the store before its bye, so past the barrier the store's
+  // host has them all for the job's one report.
   void finishWithJob(int code) {
+    if (auto s =
+            detail::sendNodeReport(jobStore_, config_.runId, log_.nodeReport(code, stopReason_));
+        !s.isOk()) {
+      log::agent().warn("this node's record is missing from the job's report: {}", s.message());
+    }
     job_->bye();
     if (store_) {
-      job_->waitFinished(config_.multiNode->closeTimeout, [this, code] { finish(code); });
+      job_->waitFinished(config_.multiNode->closeTimeout, [this, code] {
+        auto reports = detail::gatherNodeReports(jobStore_, config_.runId);
+        if (reports.isOk()) {
+          log_.setNodeReports(std::move(reports).value());
+        } else {
+          log::agent().warn("the job's report holds this node only: {}",
+                            reports.status().message());
+        }
+        finish(code);
+      });
     } else {
       finish(code);
     }
@@ -650,6 +668,7 @@ class Agent {
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
+  rdzv::ClientOptions jobStore_;              // multi-node: how this agent reaches the job's store
   std::unique_ptr<rdzv::KeeperService> keepers_;
   std::unique_ptr<detail::JobCoordinator> job_;  // multi-node only
   detail::WorkerGroup group_;

@@ -173,6 +173,14 @@ void AttemptLog::end(StopReason reason, const std::vector<WorkerFailure>& failur
   }
 }
 
+std::string AttemptLog::nodeReport(int exitCode, StopReason reason) const {
+  JobRecord node = record_;
+  node.ended = Clock::now();
+  node.exitCode = exitCode;
+  node.outcome = jobOutcome(node, exitCode, reason);
+  return reportJson(node);
+}
+
 void AttemptLog::finish(int exitCode, StopReason reason) {
   record_.ended = Clock::now();
   record_.exitCode = exitCode;

@@ -50,6 +50,13 @@ class AttemptLog {
   // The job's end: its outcome from the exit code and the last stop reason; the summary and
   // --report are written when asked for.
   void finish(int exitCode, StopReason reason);
+  // This node's report as it would be written if the job ended now with `exitCode`: what a
+  // node leaves for the store's host (JSON text).
+  [[nodiscard]] std::string nodeReport(int exitCode, StopReason reason) const;
+  // The store's host: every node's report, for its own --report.
+  void setNodeReports(std::vector<std::string> reports) {
+    record_.nodeReports = std::move(reports);
+  }
 
  private:
   [[nodiscard]] bool open() const { return !record_.attempts.empty() && !attempt().ended; }

@@ -175,7 +175,7 @@ std::string reportJson(const JobRecord& job) {
     }
   }
   const AttemptRecord* last = job.attempts.empty() ? nullptr : &job.attempts.back();
-  const json doc = {
+  json doc = {
       {"schema", "dtrun-run-report/1"},
       {"run_id", job.runId},
       {"entrypoint", job.entrypoint},
@@ -199,6 +199,16 @@ std::string reportJson(const JobRecord& job) {
       {"hang", job.hang ? hangJson(*job.hang) : json(nullptr)},
       {"phases", totals},
   };
+  if (!job.nodeReports.empty()) {
+    json nodes = json::array();
+    for (const std::string& text : job.nodeReports) {
+      auto node = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (node.is_object()) {
+        nodes.push_back(std::move(node));
+      }
+    }
+    doc["node_reports"] = std::move(nodes);
+  }
   return doc.dump(2) + "\n";
 }
 

@@ -90,6 +90,9 @@ struct JobRecord {
   std::vector<AttemptRecord> attempts;
   std::optional<WorkerFailure> rootCause;
   std::optional<HangRecord> hang;
+  // The store's host of a job of several nodes: every node's own report (JSON text), gathered
+  // at the end; written as "node_reports".
+  std::vector<std::string> nodeReports;
 };
 
 // The report as JSON text (pretty-printed), valid against docs/report.schema.json.

@@ -32,8 +32,7 @@ TEST_CASE("progress: a rank past its start, unknown when nothing reports", "[uni
   CHECK(judgeProgress({rank(11, 1), rank(12, 3)}, {}, {}) == Progress::kMade);
 }
 
-TEST_CASE("progress: the checkpoint-iteration file decides when it can be read",
-          "[unit][agent]") {
+TEST_CASE("progress: the checkpoint-iteration file decides when it can be read", "[unit][agent]") {
   CHECK(judgeProgress({rank(11, 100)}, 40, 40) == Progress::kNone);
   CHECK(judgeProgress({rank(11, 0)}, 40, 41) == Progress::kMade);
   CHECK(judgeProgress({}, std::nullopt, 1) == Progress::kMade);  // the job's first checkpoint
