@@ -25,7 +25,8 @@ class CollapsedConsole {
   static constexpr std::chrono::milliseconds kWindow{200};
   using Sink = std::function<void(std::vector<CollapsedLine>)>;
 
-  CollapsedConsole(boost::asio::io_context& io, std::chrono::milliseconds window = kWindow);
+  explicit CollapsedConsole(boost::asio::io_context& io,
+                            std::chrono::milliseconds window = kWindow);
   CollapsedConsole(const CollapsedConsole&) = delete;
   CollapsedConsole& operator=(const CollapsedConsole&) = delete;
   CollapsedConsole(CollapsedConsole&&) = delete;
