@@ -103,7 +103,15 @@ run pair DTRUN_SYSFS_ROOT="$TOPOLOGIES/pair-2n2g" OMP_NUM_THREADS=3 -- --nproc_p
   --gpus_per_worker=2 --cpu_binding=split
 [[ $rc -eq 0 ]] || note_fail "pair: dtrun exited $rc"
 expect_line pair 0 local=0 cvd=0,1 omp=3 gpus=0,1
-[[ $fail_count -ne $before ]] || pass "gpus: a chosen GPU, two GPUs for one worker, the user's OMP_NUM_THREADS kept"
+# --nproc_per_node=gpu counts what the workers may use: SLURM's step GPUs when
+# CUDA_VISIBLE_DEVICES is unset, CUDA_VISIBLE_DEVICES when set.
+for spec in "SLURM_STEP_GPUS=1,3,5 3" "SLURM_JOB_GPUS=6 1" "CUDA_VISIBLE_DEVICES=0,7 2"; do
+  read -r setting want <<<"$spec"
+  got=$(env "$setting" DTRUN_SYSFS_ROOT="$TOPOLOGIES/amd-2s8g" "$DTRUN" --dry-run \
+    --nproc_per_node=gpu "$work/w.py" 2>/dev/null | sed -nE 's/^  nproc_per_node +: ([0-9]+)$/\1/p')
+  [[ $got == "$want" ]] || note_fail "gpu count with $setting: nproc_per_node $got, want $want"
+done
+[[ $fail_count -ne $before ]] || pass "gpus: a chosen GPU, two GPUs for one worker, the user's OMP_NUM_THREADS kept, SLURM's GPUs counted"
 
 # ---- refused ----
 before=$fail_count
