@@ -53,8 +53,9 @@ parse_case nnodes "--nnodes=3 disagrees with the 2 hosts" 'node1\nnode2\n' --nno
 parse_case rank "--node_rank cannot be given with --hostfile" 'node1\nnode2\n' --node_rank=1
 rc=0
 "$DTRUN" --hostfile="$work/no-such-file" /bin/true 2>"$work/nofile.err" || rc=$?
-[[ $rc -eq 2 ]] && grep -q "cannot read '$work/no-such-file'" "$work/nofile.err" ||
+if [[ $rc -ne 2 ]] || ! grep -q "cannot read '$work/no-such-file'" "$work/nofile.err"; then
   note_fail "parse nofile: expected exit 2 and 'cannot read', got $rc: $(cat "$work/nofile.err")"
+fi
 pass "parse: 11 malformed hostfiles and options refused with one line, exit 2"
 
 # ---------------------------------------------------------------------------------------------
