@@ -11,6 +11,7 @@
 #   sigkill   SIGKILL to the launching dtrun: every remote agent and worker gone within 15 s
 #   ghost     a host that does not answer: one line naming it, exit 255, nothing left elsewhere
 #   refused   a host whose sshd refuses the key: the same
+#   nodir     a --remote_workdir no host has: one line per host with the shell's reason
 #   bash tests/integration/ssh_hostfile_test.sh /abs/path/to/build/launcher/dtrun
 # Needs root, iproute2, util-linux and OpenSSH (client and server); prints SKIP and exits 0
 # without root or sshd. Safety: the blackhole route for the test subnet goes in first, every
@@ -191,6 +192,7 @@ pass "3 hosts with sshd up (node1..3 at $subnet.11-13)"
 mkdir -p "$work/job" "$work/tmp"
 printf 'node1 slots=2\nnode2 slots=1   # a comment\nnode3 slots=2 max_slots=4\n' >"$work/hostfile"
 
+extra=()  # more dtrun options for the next launch
 # launch <name> <hostfile> <worker args...>: the launching dtrun on node1, from $work/job, in the
 # background under timeout(1) (which also gives it default SIGINT handling); sets spid (the
 # subshell, whose exit code is dtrun's) and lpid (dtrun). Output in $work/<name>.out and .err.
@@ -202,7 +204,7 @@ launch() {
     PATH=/launcher-only-path:$PATH PYTHONPATH=/from/the/launcher DTRUN_SSH_TEST_VAR=exported-$name \
       on node1 "$work/$name.pid" timeout -s KILL 100 "$DTRUN" --hostfile="$hostfile" \
       --ssh_config="$work/ssh/config" --export=DTRUN_SSH_TEST_VAR,TMPDIR="$work/tmp" \
-      --rdzv_id="ssh-$name-$$" --tee=3 --shutdown_timeout=5 --no_python "$WORKER" "$@" \
+      --rdzv_id="ssh-$name-$$" --tee=3 --shutdown_timeout=5 "${extra[@]}" --no_python "$WORKER" "$@" \
       >"$work/$name.out" 2>"$work/$name.err"
   ) &
   spid=$!
@@ -349,5 +351,20 @@ for spec in "ghost:ssh: connect to host ghost port 22" "refuser:Permission denie
   no_leftovers "$bad" 10
   pass "$bad: exit 255 after $took s, one line: $(grep "^dtrun: host $bad" "$work/$bad.err" | head -n 1)"
 done
+
+# ---------------------------------------------------------------------------------------------
+# nodir: --remote_workdir that no host has: every host is one line naming it and the shell's
+# reason; nothing is left.
+extra=(--remote_workdir="/nonexistent-$$")
+launch nodir "$work/hostfile" env "tok-nodir-$$"
+finish 30
+extra=()
+[[ $rc -ne 0 && $rc -ne 124 ]] || { note_fail "nodir: expected a failure exit code, got $rc"; show nodir; }
+for h in "${hosts[@]}"; do
+  grep -q "^dtrun: host $h (node [0-2]): dtrun did not start there (exit code $rc): .*/nonexistent-$$" \
+    "$work/nodir.err" || { note_fail "nodir: expected one line naming $h and the directory"; show nodir; }
+done
+no_leftovers nodir 10
+pass "nodir: exit $rc, one line per host: $(grep "^dtrun: host node1" "$work/nodir.err" | head -n 1)"
 
 end_test
