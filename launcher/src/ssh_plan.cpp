@@ -170,7 +170,7 @@ std::vector<std::string> passedThrough(const RawOptions& raw) {
     const bool ours = std::find(kSshOnly.begin(), kSshOnly.end(), dest) != kSshOnly.end() ||
                       dest == kWatchStdinDest || dest == "nnodes" || dest == "rdzv_backend" ||
                       dest == "rdzv_endpoint" || dest == "rdzv_id" || dest == "rdzv_conf" ||
-                      dest == "dry_run";
+                      dest == "dry_run" || dest == "report";
     if (ours) {
       continue;
     }
@@ -320,6 +320,12 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
     }
     if (!nodeConf.empty()) {
       words.push_back("--rdzv_conf=" + nodeConf);
+    }
+    // One --report for the job: the node that hosts the store gathers every node's record
+    // (node 0 when the store is elsewhere), so a shared path is not written by every host.
+    if (const auto report = givenText(raw, "report");
+        report && i == (rendezvous.server ? *rendezvous.server : 0)) {
+      words.push_back("--report=" + *report);
     }
     if (entry.slots && !nprocGiven) {
       words.push_back("--nproc_per_node=" + std::to_string(*entry.slots));

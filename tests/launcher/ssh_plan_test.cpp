@@ -126,6 +126,11 @@ TEST_CASE("the store: --rdzv_endpoint names it, is_host only where it is", "[uni
   CHECK(plan.dryRun);
   CHECK(plan.rdzvEndpoint.starts_with("b:"));
   CHECK(launcher::sshPlanText(plan).find("node 0 on b:") != std::string::npos);
+  // One --report for the job: only the store's host writes it, with every node's record.
+  plan = sshPlanOk({"--hosts=a,b,c", "--rdzv_endpoint=b:29400", "--report=/shared/r.json", "./w"});
+  CHECK(plan.nodes[0].remoteCommand.find("--report") == std::string::npos);
+  CHECK(plan.nodes[1].remoteCommand.find("--report=/shared/r.json") != std::string::npos);
+  CHECK(plan.nodes[2].remoteCommand.find("--report") == std::string::npos);
 }
 
 TEST_CASE("launches over ssh refused before any connection", "[unit]") {
