@@ -1,6 +1,7 @@
 // The agent's wiring: one thread, one io_context over a signalfd, the workers' pidfds and pipes and
 // a few timers; nothing sleeps or polls. The parts, in the order a launch meets them:
 //   job_setup    the store this node may host, the keepers beside it, the round membership
+//   health_checks  --health_checks before each round: a broken node stays out of the job
 //   run_dir      <log_dir>/<run_id> on this node
 //   WorkerGroup  one attempt's processes: spawn, output, exits (worker_group.h)
 //   HangWatch    --hang_timeout: progress files, diagnosis, stack dumps off the loop
@@ -37,6 +38,7 @@
 #include "console_relay.h"
 #include "failure_report.h"
 #include "hang_watch.h"
+#include "health_checks.h"
 #include "job_coordinator.h"
 #include "job_report.h"
 #include "job_setup.h"
@@ -160,6 +162,9 @@ class Agent {
     if (!multi || multi->hostsStore) {
       DTRUN_ASSIGN_OR_RETURN(store_, detail::startAgentStore(config_));
     }
+    // Before the first join (or attempt): a node that fails a check never joins; a non-host
+    // waits for the store's host as long as the join would.
+    DTRUN_TRY(checkHealth(multi && !store_ ? multi->readTimeout : std::chrono::milliseconds(0)));
     std::unique_ptr<detail::ProgressExchange> exchange;
     if (multi) {
       DTRUN_ASSIGN_OR_RETURN(auto link, detail::connectJob(config_, *multi, host_, store_.get()));
@@ -193,6 +198,49 @@ class Agent {
     DTRUN_ASSIGN_OR_RETURN(runDir_,
                            detail::createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
     return Status::ok();
+  }
+
+  // --health_checks: kOk when every check passed, else an error whose message is the console's
+  // line. Every result goes to the event log and the report.
+  Status checkHealth(std::chrono::milliseconds storeConnectWait) {
+    if (!config_.healthChecks.any()) {
+      return Status::ok();
+    }
+    std::string logRoot = runDir_.string();
+    if (logRoot.empty()) {
+      const std::string tmp = envValue(inheritedEnv_, "TMPDIR");
+      logRoot = !config_.logDir.empty() ? config_.logDir : tmp.empty() ? "/tmp" : tmp;
+    }
+    // This node's own store is asked on loopback, as its keepers ask it (job_setup.cpp).
+    const auto plan = detail::planHealthChecks(
+        config_, logRoot, store_ ? "127.0.0.1" : config_.masterAddr, storePort(), storeConnectWait);
+    const auto results = detail::runHealthChecks(plan, healthProbe_);
+    log_.healthChecked(results, restartCount_);
+    for (const auto& r : results) {
+      if (!r.passed()) {
+        return Status::error(Errc::kSystem, detail::failureLine(host_, r));
+      }
+      log::agent().debug("health check {}: {}", r.check, r.detail);
+    }
+    return Status::ok();
+  }
+
+  // Before a later round (or a restart): a node that fails a check leaves the job, so a spare
+  // takes its place instead of the round failing on it, and exits 1 (no restart loop on a
+  // broken node).
+  bool healthyBeforeRound() {
+    const Status s = checkHealth(std::chrono::milliseconds(0));
+    if (s.isOk()) {
+      return true;
+    }
+    std::cerr << "dtrun: " << s.message()
+              << (job_ ? "; this node leaves the job" : "; not restarting") << "\n";
+    if (job_) {
+      job_->leave(s.message());
+    }
+    stopReason_ = StopReason::kStartup;
+    finish(1);
+    return false;
   }
 
   [[nodiscard]] std::uint16_t storePort() const {
@@ -257,6 +305,9 @@ class Agent {
                       config_.masterAddr, storePort(), config_.multiNode->minNodes,
                       config_.multiNode->maxNodes);
     group_.clear();
+    if (assignment_ && !healthyBeforeRound()) {  // the first join was checked in prepare()
+      return;
+    }
     joinSent_ = detail::Clock::now();
     job_->join([this](const rdzv::JoinOutcome& outcome) { onJoined(outcome); },
                [this](const Status& s) { onStoreLost(s); });
@@ -618,7 +669,11 @@ class Agent {
             restartCount_, config_.maxRestarts,
             delay.count() > 0 ? ", in " + std::to_string(delay.count()) + " ms" : "",
             failures_.front().rank, failures_.front().status.describe());
-        after(delay, [this] { startAttempt(); });
+        after(delay, [this] {
+          if (healthyBeforeRound()) {
+            startAttempt();
+          }
+        });
         return;
       }
       case detail::NextStep::kFinish:
@@ -674,6 +729,7 @@ class Agent {
   detail::WorkerGroup group_;
   std::unique_ptr<detail::ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node
   std::unique_ptr<detail::HangWatch> hangWatch_;
+  std::shared_ptr<detail::HealthProbe> healthProbe_ = detail::systemHealthProbe();
   detail::AttemptLog log_;  // what --report writes and the summary at exit shows
   UniqueFd signalFd_;
   std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;

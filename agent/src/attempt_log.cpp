@@ -178,7 +178,14 @@ std::string AttemptLog::nodeReport(int exitCode, StopReason reason) const {
   node.ended = Clock::now();
   node.exitCode = exitCode;
   node.outcome = jobOutcome(node, exitCode, reason);
-  return reportJson(node);
+  return withHealthChecks(reportJson(node), healthChecks_);
+}
+
+void AttemptLog::healthChecked(const std::vector<CheckResult>& results, int attempt) {
+  for (const auto& r : results) {
+    events_.other("health_check", checkEventFields(r, attempt, -1));
+    healthChecks_.push_back(HealthCheckRecord{r, attempt});
+  }
 }
 
 void AttemptLog::finish(int exitCode, StopReason reason) {
@@ -193,7 +200,8 @@ void AttemptLog::finish(int exitCode, StopReason reason) {
   if (config_.reportFile.empty()) {
     return;
   }
-  if (writeFileAtomically(config_.reportFile, reportJson(record_))) {
+  if (writeFileAtomically(config_.reportFile,
+                          withHealthChecks(reportJson(record_), healthChecks_))) {
     std::cerr << "dtrun: run report in " << config_.reportFile << "\n";
   } else {
     std::cerr << "dtrun: cannot write the run report to " << config_.reportFile << ": "

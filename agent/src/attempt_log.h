@@ -15,6 +15,7 @@
 #include "attempt_policy.h"
 #include "event_log.h"
 #include "failure_report.h"
+#include "health_checks.h"
 #include "run_report.h"
 #include "worker_group.h"
 
@@ -46,6 +47,9 @@ class AttemptLog {
   void signalReceived(int sig, bool stops) { events_.signal(sig, stops); }
   // --event_log, for events recorded elsewhere (health checks).
   EventLog& events() { return events_; }
+  // --health_checks' results before a round (`attempt`: the restart count then): one
+  // health_check event each, and the report's health_checks.
+  void healthChecked(const std::vector<CheckResult>& results, int attempt);
 
   // The job's end: its outcome from the exit code and the last stop reason; the summary and
   // --report are written when asked for.
@@ -66,6 +70,7 @@ class AttemptLog {
   const AgentConfig& config_;
   JobRecord record_;
   EventLog events_;  // every record above is also an event line, written as it is made
+  std::vector<HealthCheckRecord> healthChecks_;
 };
 
 }  // namespace dtrun::agent::detail

@@ -297,6 +297,50 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   return Status::ok();
 }
 
+// --health_checks, --health_check_timeout, --health_min_free_mb.
+Status resolveHealthChecks(const Resolver& options, agent::HealthChecks& checks) {
+  const auto list = options.get("health_checks", "local");
+  checks = agent::HealthChecks{};
+  checks.logDir = checks.entrypoint = checks.store = checks.gpus = false;
+  const auto names = text::split(list.text, ',');
+  for (const auto name : names) {
+    const std::string_view n = trim(name);
+    if (n == "none" && names.size() == 1) {
+      continue;
+    }
+    if (n == "local") {
+      checks.logDir = checks.entrypoint = checks.store = checks.gpus = true;
+    } else if (n == "log_dir") {
+      checks.logDir = true;
+    } else if (n == "entrypoint") {
+      checks.entrypoint = true;
+    } else if (n == "store") {
+      checks.store = true;
+    } else if (n == "gpus") {
+      checks.gpus = true;
+    } else if (n == "network") {
+      return expected(list,
+                      "local, none or names of local checks (the network check is not "
+                      "available in this version; drop 'network')");
+    } else {
+      return expected(list, "a comma list of local, log_dir, entrypoint, store, gpus, or none");
+    }
+  }
+  const auto timeout = options.get("health_check_timeout", "5");
+  const auto seconds = parseNumber(timeout.text);
+  if (!seconds || *seconds <= 0 || *seconds > kMaxShutdownSeconds) {
+    return expected(timeout, "a positive number of seconds");
+  }
+  checks.timeout = std::chrono::milliseconds(std::llround(*seconds * 1000.0));
+  const auto freeSetting = options.get("health_min_free_mb", "100");
+  const auto mib = parseNumber(freeSetting.text);
+  if (!mib || *mib < 0 || *mib > 1e9) {
+    return expected(freeSetting, "a non-negative number of MiB (0 = any free space)");
+  }
+  checks.minFreeBytes = static_cast<std::uint64_t>(std::llround(*mib * 1024.0 * 1024.0));
+  return Status::ok();
+}
+
 // dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
 Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
   agent::AgentConfig& config = plan.config;
@@ -312,6 +356,7 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     }
     config.eventLogFile = events->text;
   }
+  DTRUN_TRY(resolveHealthChecks(options, config.healthChecks));
   const auto console = options.get("console", "ranks");
   if (console.text != "ranks" && console.text != "collapse") {
     return expected(console, "ranks or collapse");

@@ -117,6 +117,14 @@ constexpr std::array kOptions = {
     OptionSpec{"event_log", "", Kind::kValue, false,
                "Append one JSON line per state change (rounds, attempts, restarts, hangs, "
                "signals; docs/event_log.schema.json) to this file"},
+    OptionSpec{"health_checks", "", Kind::kValue, false,
+               "Checks before each round (each attempt on one node): comma list of local (= "
+               "log_dir,entrypoint,store,gpus), log_dir, entrypoint, store, gpus, or none "
+               "(default local); a node that fails one leaves the job"},
+    OptionSpec{"health_check_timeout", "", Kind::kValue, false,
+               "Seconds each health check may take before it counts as failed (default 5)"},
+    OptionSpec{"health_min_free_mb", "", Kind::kValue, false,
+               "Free space the log directory's file system needs, in MiB (default 100)"},
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},

@@ -137,6 +137,9 @@ class Keeper {
     if (m.verb == "hb") {
       return;
     }
+    if (m.verb == "leave" && !m.payload.empty()) {  // its reason, whichever round it names
+      log::rdzv().warn("job '{}': {} leaves: {}", jobId_, m.agentId, m.payload);
+    }
     if (m.round > round_) {
       early_.push_back(m);  // a node saw this round end before the keeper did
       return;
@@ -164,7 +167,7 @@ class Keeper {
     } else if (m.verb == "done") {
       onDone(m.slot);
     } else if (m.verb == "leave") {
-      onLeave(m.agentId);
+      onLeave(m.agentId, m.payload);
     } else if (m.verb == "bye") {
       onBye(m.agentId);
     }
@@ -313,7 +316,8 @@ class Keeper {
     }
   }
 
-  void onLeave(const std::string& agentId) {
+  // `why`: the leaving agent's reason ("" = none given), e.g. a failed health check.
+  void onLeave(const std::string& agentId, const std::string& why = {}) {
     spares_.erase(agentId);
     if (phase_ == Phase::kExiting || phase_ == Phase::kClosed) {
       // Stopped by a signal once the job was over for it: it says no bye, its leave is one
@@ -330,7 +334,8 @@ class Keeper {
         lost_.insert(agentId);
         RoundEnd end;
         end.kind = RoundEnd::Kind::kMembership;
-        end.message = describeNode(static_cast<int>(i), members_[i].record) + " left the job";
+        end.message = describeNode(static_cast<int>(i), members_[i].record) + " left the job" +
+                      (why.empty() ? "" : ": " + why);
         endRound(end);
         return;
       }

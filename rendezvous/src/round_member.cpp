@@ -146,7 +146,7 @@ class StoreRoundMember final : public RoundMember {
   Status done() override { return notify("done"); }
   Status leave(const std::string& why) override {
     log::rdzv().info("job '{}': leaving ({})", jobId_, why);
-    return notify("leave");
+    return notify("leave", why);
   }
   Status bye() override { return notify("bye"); }
 
@@ -160,9 +160,10 @@ class StoreRoundMember final : public RoundMember {
     return detail::encodeMessage(KeeperMessage{verb, r, slot, self_.agentId, payload});
   }
 
-  Status notify(const char* verb) {
+  Status notify(const char* verb, const std::string& payload = {}) {
     const std::lock_guard lock(notifyMutex_);
-    return notifier_->queuePush(keys_.inbox(), message(verb, currentRound(), currentSlot()));
+    return notifier_->queuePush(keys_.inbox(),
+                                message(verb, currentRound(), currentSlot(), payload));
   }
 
   int currentRound() {

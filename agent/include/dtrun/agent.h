@@ -76,6 +76,18 @@ struct LocalPlacement {
   bool localRankZero = false;                 // --virtual-local-rank: LOCAL_RANK=0, as torchrun
 };
 
+// --health_checks: what the agent checks before each round (multi-node: before each join; one
+// node: before each attempt). A node that fails one leaves the job with the reason.
+struct HealthChecks {
+  bool logDir = true;      // the log directory is writable and has minFreeBytes free
+  bool entrypoint = true;  // AgentConfig::executable is still there and executable
+  bool store = true;       // the store answers within `timeout`
+  bool gpus = true;        // the planned GPUs' device nodes exist (when GPUs are placed)
+  std::uint64_t minFreeBytes = std::uint64_t{100} << 20;  // --health_min_free_mb
+  std::chrono::milliseconds timeout{5000};                // --health_check_timeout, per check
+  [[nodiscard]] bool any() const { return logDir || entrypoint || store || gpus; }
+};
+
 struct AgentConfig {
   // What every worker runs. command[0] is the program as the user named it (a path, or a name
   // looked up in PATH); the literal "${local_rank}" in any element is replaced by the worker's
@@ -139,6 +151,7 @@ struct AgentConfig {
   std::string eventLogFile;
 
   std::optional<MultiNodeConfig> multiNode;  // unset: one node with its own store
+  HealthChecks healthChecks;
 
   // --report: the job's run report (JSON, docs/report.schema.json) is written here at exit.
   std::string reportFile;

@@ -1,0 +1,394 @@
+#include "health_checks.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrun/rendezvous.h"
+
+#include "run_report.h"
+#include "text.h"
+
+namespace dtrun::agent::detail {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using Outcome = CheckResult::Outcome;
+
+namespace {
+
+std::string errnoText(int err) { return std::system_category().message(err); }
+
+std::string sizeText(std::uint64_t bytes) {
+  std::array<char, 32> buffer{};
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  if (mib >= 1024.0) {
+    std::snprintf(buffer.data(), buffer.size(), "%.1f GiB", mib / 1024.0);
+  } else {
+    std::snprintf(buffer.data(), buffer.size(), "%.1f MiB", mib);
+  }
+  return buffer.data();
+}
+
+std::string secondsText(milliseconds ms) {
+  std::array<char, 32> buffer{};
+  std::snprintf(buffer.data(), buffer.size(), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buffer.data();
+}
+
+// The nearest directory of `path` (itself or a parent) that exists: free space is the file
+// system's, and a log directory is often made by the first attempt.
+std::string existingAncestor(const std::string& path) {
+  fs::path p = fs::absolute(fs::path(path)).lexically_normal();
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec) && p != p.root_path()) {
+    p = p.parent_path();
+  }
+  return p.empty() ? "/" : p.string();
+}
+
+class SystemProbe final : public HealthProbe {
+ public:
+  Status writeProbeFile(const std::string& dir) override {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec && !fs::is_directory(dir)) {
+      return Status::error(Errc::kSystem, "cannot make " + dir + ": " + ec.message());
+    }
+    if (!fs::is_directory(dir, ec)) {
+      return Status::error(Errc::kSystem, dir + " is not a directory");
+    }
+    const std::string file =
+        (fs::path(dir) / (".dtrun-health-" + std::to_string(::getpid()))).string();
+    const UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd.valid()) {
+      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + errnoText(errno));
+    }
+    const char byte = 'x';
+    const bool wrote = ::write(fd.get(), &byte, 1) == 1 && ::fsync(fd.get()) == 0;
+    const int err = errno;
+    ::unlink(file.c_str());
+    if (!wrote) {
+      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + errnoText(err));
+    }
+    return Status::ok();
+  }
+
+  Result<std::uint64_t> freeBytes(const std::string& dir) override {
+    const std::string at = existingAncestor(dir);
+    struct statvfs vfs {};
+    if (::statvfs(at.c_str(), &vfs) != 0) {
+      return Status::system("statvfs(" + at + ")", errno);
+    }
+    return static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+
+  Status executable(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return Status::error(Errc::kNotFound, path + ": " + errnoText(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return Status::error(Errc::kSystem, path + " is not a regular file");
+    }
+    // root passes access(X_OK) when any execute bit is set; so does exec.
+    if (::access(path.c_str(), X_OK) != 0) {
+      return Status::error(Errc::kSystem, path + " is not executable: " + errnoText(errno));
+    }
+    return Status::ok();
+  }
+
+  Status pingStore(const std::string& host, std::uint16_t port, const std::string& token,
+                   milliseconds connectWait, milliseconds answerWait) override {
+    // First something must accept a connection: the store's host may start after this agent,
+    // so a refusal is retried until connectWait.
+    const auto connectUntil = std::chrono::steady_clock::now() + connectWait;
+    Status accepted = acceptsConnection(host, port, answerWait);
+    while (!accepted.isOk() && std::chrono::steady_clock::now() < connectUntil) {
+      std::this_thread::sleep_for(milliseconds(100));
+      accepted = acceptsConnection(host, port, answerWait);
+    }
+    DTRUN_TRY(accepted);
+    // Then it must answer the handshake and a ping within answerWait. The client retries until
+    // its deadline, so a failure here means nothing useful came back in time.
+    rdzv::ClientOptions options;
+    options.host = host;
+    options.port = port;
+    options.token = token;
+    options.timeout = answerWait;
+    auto store = rdzv::connectStore(options);
+    if (!store.isOk()) {
+      return store.status().code() == Errc::kDenied ? store.status()
+                                                    : Status::timeout(store.status().message());
+    }
+    return store.value()->ping().status();
+  }
+
+  // One TCP connect to host:port within `wait`.
+  static Status acceptsConnection(const std::string& host, std::uint16_t port, milliseconds wait) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string where = host + ":" + std::to_string(port);
+    if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+        rc != 0) {
+      return Status::connection("connect(" + where +
+                                "): cannot resolve host: " + ::gai_strerror(rc));
+    }
+    const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+    Status last = Status::connection("connect(" + where + "): no address");
+    for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      const UniqueFd fd(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+      if (!fd.valid()) {
+        last = Status::system("socket()", errno);
+        continue;
+      }
+      int err = 0;
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          pollfd p{fd.get(), POLLOUT, 0};
+          err = ETIMEDOUT;
+          if (::poll(&p, 1, static_cast<int>(wait.count())) > 0) {
+            socklen_t len = sizeof err;
+            static_cast<void>(::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len));
+          }
+        }
+      }
+      if (err == 0) {
+        return Status::ok();
+      }
+      last = Status::connection("connect(" + where + "): " + errnoText(err));
+    }
+    return last;
+  }
+
+  bool deviceExists(const std::string& path) override {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+  }
+};
+
+// One check's work: its result's outcome and detail.
+using CheckWork = std::function<std::pair<Outcome, std::string>()>;
+
+std::pair<Outcome, std::string> fromStatus(const Status& s, std::string passed) {
+  if (s.isOk()) {
+    return {Outcome::kPassed, std::move(passed)};
+  }
+  return {s.code() == Errc::kTimeout ? Outcome::kTimedOut : Outcome::kFailed, s.message()};
+}
+
+}  // namespace
+
+std::shared_ptr<HealthProbe> systemHealthProbe() { return std::make_shared<SystemProbe>(); }
+
+std::vector<int> plannedGpuIndices(const std::vector<LocalPlacement>& placement) {
+  std::vector<int> out;
+  for (const auto& local : placement) {
+    for (const auto& name : text::split(local.gpus, ',')) {
+      int index = 0;
+      const auto* end = name.data() + name.size();
+      const auto [ptr, ec] = std::from_chars(name.data(), end, index);
+      if (!name.empty() && ec == std::errc() && ptr == end && index >= 0) {
+        out.push_back(index);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+HealthPlan planHealthChecks(const AgentConfig& config, const std::string& logDir,
+                            const std::string& storeHost, std::uint16_t storePort,
+                            milliseconds storeConnectWait) {
+  HealthPlan plan;
+  plan.checks = config.healthChecks;
+  plan.logDir = config.discardsLogs() ? std::string() : logDir;
+  plan.checks.logDir = plan.checks.logDir && !plan.logDir.empty();
+  plan.executable = config.executable;
+  plan.checks.entrypoint = plan.checks.entrypoint && !plan.executable.empty();
+  plan.storeHost = storeHost;
+  plan.storePort = storePort;
+  plan.storeToken = config.storeToken;
+  plan.storeConnectWait = storeConnectWait;
+  plan.checks.store = plan.checks.store && storePort != 0;
+  plan.gpus = plannedGpuIndices(config.placement);
+  plan.checks.gpus = plan.checks.gpus && !plan.gpus.empty();
+  return plan;
+}
+
+std::string_view outcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kPassed:
+      return "passed";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kTimedOut:
+      return "timed_out";
+  }
+  return "failed";
+}
+
+std::vector<CheckResult> runHealthChecks(const HealthPlan& plan,
+                                         const std::shared_ptr<HealthProbe>& probe) {
+  struct Pending {
+    std::string check;
+    milliseconds bound;
+    std::future<std::pair<Outcome, std::string>> answer;
+  };
+  const milliseconds bound = plan.checks.timeout;
+  std::vector<Pending> pending;
+  // Each check owns copies of what it reads: a thread that outlives its bound reads nothing of
+  // the caller's.
+  const auto launch = [&](std::string_view check, milliseconds limit, CheckWork work) {
+    std::packaged_task<std::pair<Outcome, std::string>()> task(std::move(work));
+    pending.push_back(Pending{std::string(check), limit, task.get_future()});
+    std::thread(std::move(task)).detach();
+  };
+  if (plan.checks.logDir) {
+    launch(kCheckLogDir, bound, [probe, dir = plan.logDir, minFree = plan.checks.minFreeBytes] {
+      if (auto s = probe->writeProbeFile(dir); !s.isOk()) {
+        return fromStatus(s, "");
+      }
+      const auto free = probe->freeBytes(dir);
+      if (!free.isOk()) {
+        return fromStatus(free.status(), "");
+      }
+      const std::string found = sizeText(free.value()) + " free in " + dir;
+      if (free.value() < minFree) {
+        return std::pair{Outcome::kFailed, found + ", below the " + sizeText(minFree) +
+                                               " needed (--health_min_free_mb)"};
+      }
+      return std::pair{Outcome::kPassed, "writable, " + found};
+    });
+  }
+  if (plan.checks.entrypoint) {
+    launch(kCheckEntrypoint, bound, [probe, path = plan.executable] {
+      return fromStatus(probe->executable(path), path + " is executable");
+    });
+  }
+  if (plan.checks.store) {
+    launch(kCheckStore, plan.storeConnectWait + bound,
+           [probe, host = plan.storeHost, port = plan.storePort, token = plan.storeToken,
+            connectWait = plan.storeConnectWait, bound] {
+             const auto began = std::chrono::steady_clock::now();
+             const std::string where = host + ":" + std::to_string(port);
+             auto s = probe->pingStore(host, port, token, connectWait, bound);
+             if (s.code() == Errc::kTimeout) {
+               return std::pair{Outcome::kTimedOut, "the store at " + where +
+                                                        " did not answer within " +
+                                                        secondsText(bound) + ": " + s.message()};
+             }
+             const auto took =
+                 std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - began);
+             return fromStatus(s, "the store at " + where + " answered in " +
+                                      std::to_string(took.count()) + " ms");
+           });
+  }
+  if (plan.checks.gpus) {
+    launch(kCheckGpus, bound, [probe, gpus = plan.gpus] {
+      std::string missing;
+      for (const int gpu : gpus) {
+        const std::string node = "/dev/nvidia" + std::to_string(gpu);
+        if (!probe->deviceExists(node)) {
+          missing += (missing.empty() ? "" : ", ") + node;
+        }
+      }
+      if (!missing.empty()) {
+        return std::pair{Outcome::kFailed, "planned GPU(s) missing: " + missing};
+      }
+      return std::pair{Outcome::kPassed, std::to_string(gpus.size()) + " planned GPU(s) present"};
+    });
+  }
+  std::vector<CheckResult> results;
+  const auto began = std::chrono::steady_clock::now();
+  const auto now = std::chrono::system_clock::now();
+  for (auto& p : pending) {
+    CheckResult r;
+    r.check = p.check;
+    r.at = now;
+    if (p.answer.wait_until(began + p.bound) == std::future_status::ready) {
+      auto [outcome, detail] = p.answer.get();
+      r.outcome = outcome;
+      r.detail = std::move(detail);
+    } else {
+      r.outcome = Outcome::kTimedOut;
+      r.detail = "no answer within " + secondsText(p.bound) + " (--health_check_timeout)";
+    }
+    r.took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - began);
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+std::string failureLine(const std::string& host, const CheckResult& result) {
+  return "health check " + result.check + " " +
+         (result.outcome == Outcome::kTimedOut ? "timed out" : "failed") + " on " + host + ": " +
+         result.detail;
+}
+
+std::string withHealthChecks(const std::string& reportJson,
+                             const std::vector<HealthCheckRecord>& records) {
+  if (records.empty()) {
+    return reportJson;
+  }
+  auto doc = nlohmann::ordered_json::parse(reportJson, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return reportJson;
+  }
+  auto& list = doc["health_checks"] = nlohmann::ordered_json::array();
+  for (const auto& record : records) {
+    const CheckResult& r = record.result;
+    list.push_back({
+        {"time", isoTime(r.at)},
+        {"attempt", record.attempt},
+        {"check", r.check},
+        {"outcome", outcomeName(r.outcome)},
+        {"detail", r.detail},
+        {"duration_s", std::round(static_cast<double>(r.took.count())) / 1000.0},
+    });
+  }
+  return doc.dump(2) + "\n";
+}
+
+std::string checkEventFields(const CheckResult& result, int attempt, int round) {
+  nlohmann::ordered_json fields = {
+      {"check", result.check},
+      {"outcome", outcomeName(result.outcome)},
+      {"detail", result.detail},
+      {"duration_s", std::round(static_cast<double>(result.took.count())) / 1000.0},
+  };
+  if (attempt >= 0) {
+    fields["attempt"] = attempt;
+  }
+  if (round >= 0) {
+    fields["round"] = round;
+  }
+  const std::string text = fields.dump();
+  return text.substr(1, text.size() - 2);  // the members, without the braces
+}
+
+}  // namespace dtrun::agent::detail
