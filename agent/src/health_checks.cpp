@@ -42,16 +42,17 @@ std::string sizeText(std::uint64_t bytes) {
   std::array<char, 32> buffer{};
   const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
   if (mib >= 1024.0) {
-    std::snprintf(buffer.data(), buffer.size(), "%.1f GiB", mib / 1024.0);
+    static_cast<void>(std::snprintf(buffer.data(), buffer.size(), "%.1f GiB", mib / 1024.0));
   } else {
-    std::snprintf(buffer.data(), buffer.size(), "%.1f MiB", mib);
+    static_cast<void>(std::snprintf(buffer.data(), buffer.size(), "%.1f MiB", mib));
   }
   return buffer.data();
 }
 
 std::string secondsText(milliseconds ms) {
   std::array<char, 32> buffer{};
-  std::snprintf(buffer.data(), buffer.size(), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  static_cast<void>(std::snprintf(buffer.data(), buffer.size(), "%g s",
+                                  static_cast<double>(ms.count()) / 1000.0));
   return buffer.data();
 }
 
