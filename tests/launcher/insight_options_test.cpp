@@ -143,3 +143,25 @@ TEST_CASE(
   CHECK(dtrun::agent::unknownLinePrefixVariable("$rank $$node $node") == "$node");
   CHECK(dtrun::agent::unknownLinePrefixVariable("cost: 5$ ${rank}").empty());
 }
+
+TEST_CASE("health checks: local by default, none, a list, and bad values", "[unit][launcher]") {
+  auto c = planOk({"x.py"}).config.healthChecks;
+  CHECK((c.logDir && c.entrypoint && c.store && c.gpus));
+  CHECK(c.timeout == 5000ms);
+  CHECK(c.minFreeBytes == std::uint64_t{100} << 20);
+  c = planOk({"--health_checks=none", "x.py"}).config.healthChecks;
+  CHECK_FALSE(c.any());
+  c = planOk({"--health_checks=log_dir,store", "--health_check_timeout=0.5",
+              "--health_min_free_mb=1", "x.py"})
+          .config.healthChecks;
+  CHECK((c.logDir && c.store && !c.entrypoint && !c.gpus));
+  CHECK(c.timeout == 500ms);
+  CHECK(c.minFreeBytes == std::uint64_t{1} << 20);
+  for (const std::string bad :
+       {"--health_checks=local,bogus", "--health_checks=network", "--health_checks=none,local",
+        "--health_check_timeout=0", "--health_min_free_mb=-1"}) {
+    const auto p = plan({bad, "x.py"});
+    REQUIRE_FALSE(p.isOk());
+    CHECK(p.status().message().find(bad.substr(0, bad.find('='))) != std::string::npos);
+  }
+}
