@@ -89,11 +89,18 @@ std::string exitClass(const json& rank, bool rootCause, const std::string& cause
   if (rootCause) {
     return cause == "hang" ? "hang" : "failed";
   }
+  // dtrun stops the other ranks with SIGTERM (SIGKILL after the grace): the report gives them
+  // signal and exit code 128+signal, and they did not fail.
+  const auto sig = rank.value("signal", json());
+  if (sig.is_string() &&
+      (sig.get<std::string>() == "SIGTERM" || sig.get<std::string>() == "SIGKILL")) {
+    return "stopped";
+  }
   const auto code = rank.value("exit_code", json());
   if (code.is_number_integer()) {
     return code.get<int>() == 0 ? "ok" : "failed";
   }
-  return "stopped";  // signalled (dtrun stops the others this way) or never reaped
+  return "stopped";  // never reaped
 }
 
 constexpr double kLeft = 150;   // the rank labels
