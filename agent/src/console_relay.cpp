@@ -114,7 +114,7 @@ ConsoleRelay::ConsoleRelay(boost::asio::io_context& io, std::unique_ptr<rdzv::St
   }
   sender_ = std::make_unique<TaskThread>();
   console_->setWindow(kSenderWindow);
-  console_->setSink([this](std::vector<CollapsedLine> lines) {
+  console_->setSink([this](const std::vector<CollapsedLine>& lines) {
     std::string batch = encodeGroups(lines, ConsoleCollapse::Clock::now());
     sender_->post([this, batch = std::move(batch)] {
       static_cast<void>(store_->queuePush(key_, batch));  // a lost store: the agent sees it
@@ -123,6 +123,14 @@ ConsoleRelay::ConsoleRelay(boost::asio::io_context& io, std::unique_ptr<rdzv::St
 }
 
 ConsoleRelay::~ConsoleRelay() {
+  try {
+    finish();
+  } catch (
+      ...) {  // NOLINT(bugprone-empty-catch): at exit a lost console line is no reason to abort
+  }
+}
+
+void ConsoleRelay::finish() {
   if (!receiver_) {
     console_->flushAll();
     console_->setSink(nullptr);

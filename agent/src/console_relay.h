@@ -52,6 +52,9 @@ class ConsoleRelay {
   ~ConsoleRelay();
 
  private:
+  // The destructor's work: the sender flushes what is queued; the receiver merges what the other
+  // nodes sent last and prints it.
+  void finish();
   ConsoleRelay(boost::asio::io_context& io, std::unique_ptr<rdzv::Store> store, std::string key,
                std::shared_ptr<CollapsedConsole> console, bool receiver);
   void receive();

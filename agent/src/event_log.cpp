@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <system_error>
 
 #include <fcntl.h>
 
@@ -40,7 +41,8 @@ EventLog::EventLog(const std::string& path, std::string runId, std::string host)
   }
   file_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!file_.valid()) {
-    std::cerr << "dtrun: cannot write the event log to " << path << ": " << std::strerror(errno)
+    std::cerr << "dtrun: cannot write the event log to " << path << ": "
+              << std::error_code(errno, std::generic_category()).message()
               << " (the job goes on without it; give --event_log a writable path)\n";
   }
 }
