@@ -10,9 +10,10 @@
 #               sizes 1-4, the same checks; real processes are kept for what needs them below)
 #   (compare    tcp against gloo on seeded random data: tests/runtime/group_checks_test.cpp,
 #               compare_checks.h, ranks as threads, world sizes 2 and 3)
-#   early-exit  rank 2 of 3 exits 3 after the group formed or before it (tcp, gloo): the
+#   early-exit  rank 2 of 3 exits 3 after the group formed or before it, or is SIGKILLed during
+#               16 MiB all_reduce calls (tcp over shared memory, sockets and mixed; gloo): the
 #               others report CommError/TimeoutError naming rank 2 within DTRUN_TIMEOUT + 5 s;
-#               dtrun exits 3
+#               dtrun exits 3 (137 for the kill)
 #   attempt     --max_restarts=1: attempt 0's rank 0 exits 1, attempt 1 forms fresh groups
 #   errors      bad environment and arguments throw ConfigError naming the problem; init()
 #               outside dtrun throws ConfigError naming RANK
@@ -120,13 +121,26 @@ rank_list=()
 ranks_of() { mapfile -t rank_list < <(ranks "$1"); }
 
 # ---------------------------------------------------------------------------------------------
-# early-exit: rank 2 of 3 exits 3; ranks 0 and 1 ignore dtrun's SIGTERM long enough
-# (--shutdown_timeout) to report their error; dtrun's exit code is the dying rank's 3.
-for spec in "tcp collective" "gloo collective" "tcp create" "gloo create"; do
-  read -r backend phase <<<"$spec"
-  name=early_${backend}_$phase
+# early-exit: rank 2 of 3 exits 3 (or is SIGKILLed in the middle of an all_reduce); ranks 0 and 1
+# ignore dtrun's SIGTERM long enough (--shutdown_timeout) to report their error; dtrun's exit
+# code is the dying rank's (3, or 128 + 9). The tcp backend runs over each transport: shared
+# memory (the default: one host), sockets only (DTRUN_TRANSPORT=tcp), and mixed (DTRUN_HOST_ID:
+# rank 0 on "host" a, ranks 1 and 2 on b share memory, sockets between the hosts).
+for spec in "tcp collective shm" "tcp kill shm" "tcp collective tcp" "tcp kill tcp" \
+  "tcp kill mixed" "gloo collective -" "tcp create shm" "gloo create -"; do
+  read -r backend phase transport <<<"$spec"
+  name=early_${backend}_${phase}_${transport/-/default}
+  want_rc=3
+  [[ $phase != kill ]] || want_rc=137
+  transport_env=()
+  case $transport in
+    tcp) transport_env=(DTRUN_TRANSPORT=tcp) ;;
+    mixed) transport_env=(DTRUN_HOST_ID=a,b,b) ;;
+  esac
+  if ((${#transport_env[@]})); then export "${transport_env[@]}"; fi
   run "$name" 3 --shutdown_timeout=30 -- early-exit "$backend" "$phase"
-  if expect_rc "$name" 3; then
+  unset DTRUN_TRANSPORT DTRUN_HOST_ID
+  if expect_rc "$name" "$want_rc"; then
     ok=0
     expect_clean "$name" 0 0 1 || ok=1
     for r in 0 1; do
@@ -134,7 +148,11 @@ for spec in "tcp collective" "gloo collective" "tcp create" "gloo create"; do
         expect_line "$name" 0 "$r" "PASS early-exit $backend $phase $line" || ok=1
       done
     done
-    expect_line "$name" 0 2 "INFO rank 2 exits 3" || ok=1
+    if [[ $phase == kill ]]; then
+      expect_line "$name" 0 2 "INFO rank 2 kills itself during all_reduce" || ok=1
+    else
+      expect_line "$name" 0 2 "INFO rank 2 exits 3" || ok=1
+    fi
     if [[ $ok -eq 0 ]]; then
       echo "runtime_test: $name ok ($elapsed s): rank 0 $(grep -m1 '^INFO rank 0 caught' "$(logdir "$name")/0/stdout.log" | cut -c1-160)"
     else

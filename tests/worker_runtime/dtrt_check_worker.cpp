@@ -9,9 +9,10 @@
 //                        {size-1, 0}); nccl uses cudaMalloc'd memory. runtime_test.sh runs it
 //                        for nccl only: tests/runtime runs the same checks for tcp and gloo in
 //                        one process, ranks as threads
-//   early-exit <backend> <collective|create>
-//                        rank size-1 exits 3 (after the group formed, or before it); the others
-//                        must get CommError/TimeoutError naming it within DTRUN_TIMEOUT + 5 s
+//   early-exit <backend> <collective|create|kill>
+//                        rank size-1 exits 3 (after the group formed, or before it), or SIGKILLs
+//                        itself in the middle of 16 MiB all_reduce calls; the others must get
+//                        CommError/TimeoutError naming it within DTRUN_TIMEOUT + 5 s
 //   attempt <backend>    with --max_restarts=1: attempt 0 forms a group, then rank 0 exits 1;
 //                        attempt 1 must form a fresh group under its own store prefix
 //   errors <backend>     bad environment and bad arguments throw ConfigError naming the problem
@@ -122,8 +123,8 @@ bool namesRank(const std::string& message, int r) {
 
 int runEarlyExit(Reporter& report, const std::string& backendName, const std::string& phase) {
   const auto backend = parseBackend(backendName);
-  if (!backend || (phase != "collective" && phase != "create")) {
-    report.fail("early-exit", "usage: early-exit <tcp|gloo> <collective|create>");
+  if (!backend || (phase != "collective" && phase != "create" && phase != "kill")) {
+    report.fail("early-exit", "usage: early-exit <tcp|gloo> <collective|create|kill>");
     return 1;
   }
   // dtrun stops the other ranks with SIGTERM once the dying rank exited; the survivors stay to
@@ -150,13 +151,22 @@ int runEarlyExit(Reporter& report, const std::string& backendName, const std::st
   try {
     pg = rt::ProcessGroup::create(ctx, *backend);
     pg->barrier();
-    if (ctx.rank == dying) {
+    if (ctx.rank == dying && phase == "collective") {
       std::printf("INFO rank %d exits 3 after the group formed\n", ctx.rank);
       (void)std::fflush(stdout);
       std::_Exit(3);
     }
+    if (ctx.rank == dying) {
+      // Killed while its peers are in the middle of reading its data (or writing theirs).
+      std::thread([rank = ctx.rank] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::printf("INFO rank %d kills itself during all_reduce\n", rank);
+        (void)std::fflush(stdout);
+        static_cast<void>(std::raise(SIGKILL));
+      }).detach();
+    }
     start = Clock::now();
-    std::vector<float> data(1000, 1.0F);
+    std::vector<float> data(phase == "kill" ? std::size_t{4} << 20U : 1000, 1.0F);
     for (int i = 0; i < 100; ++i) {  // the first one may complete only if the dead rank's part
       pg->allReduce(rt::view(std::span<float>(data)));  // was already on the way: keep going
     }
@@ -456,7 +466,7 @@ int runNoEnv(Reporter& report) {
 int usage() {
   (void)std::fprintf(stderr,
                      "usage: dtrt_check_worker ops <tcp|gloo|nccl> | "
-                     "early-exit <tcp|gloo> <collective|create> | attempt <tcp|gloo> | "
+                     "early-exit <tcp|gloo> <collective|create|kill> | attempt <tcp|gloo> | "
                      "errors <tcp|gloo> | noenv\n");
   return 2;
 }
@@ -514,6 +524,7 @@ int run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace dtrt_check
 
+// NOLINTNEXTLINE(bugprone-exception-escape): `die throw` must escape, on purpose
 int main(int argc, char** argv) {
   // `die throw` must reach std::terminate (and libdtrt's error file) uncaught.
   if (argc == 3 && std::string(argv[1]) == "die") {

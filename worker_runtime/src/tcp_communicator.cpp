@@ -20,6 +20,7 @@
 #include "communicator.h"
 #include "log.h"
 #include "reduce.h"
+#include "shm_setup.h"
 #include "tcp_setup.h"
 #include "tcp_transport.h"
 
@@ -127,6 +128,22 @@ class TcpWork final : public WorkState {
 
 class TcpCommunicator;
 
+// The group's connections: a socket to every peer, and a shared-memory link to every peer on
+// this host (see shm_setup.h). hosts[r] numbers group rank r's host.
+std::shared_ptr<tcp::Transport> connect(const CommunicatorConfig& config, std::vector<int>& hosts) {
+  std::vector<UniqueFd> fds = tcp::connectMesh(config);
+  shm::Topology topology = shm::connectLinks(config, fds);
+  hosts = std::move(topology.host);
+  int linked = 0;
+  for (const auto& link : topology.links) {
+    linked += link ? 1 : 0;
+  }
+  log::runtime().debug("tcp: group '{}' rank {}: {} of {} peers over shared memory",
+                       config.groupName, config.rank, linked, config.size - 1);
+  return std::make_shared<tcp::Transport>(std::move(fds), std::move(topology.links),
+                                          config.globalRanks, spinFor());
+}
+
 // One collective call: posts its messages under the call's sequence number and waits for them
 // against one deadline. Any failure breaks the group (the ranks are no longer in step), tells
 // the peers why, and throws.
@@ -165,9 +182,7 @@ class Call {
 class TcpCommunicator final : public Communicator {
  public:
   explicit TcpCommunicator(const CommunicatorConfig& config)
-      : config_(config),
-        transport_(std::make_shared<tcp::Transport>(tcp::connectMesh(config), config.globalRanks,
-                                                    spinFor())) {
+      : config_(config), transport_(connect(config, hosts_)) {
     transport_->start();
     log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
                          config_.size);
@@ -239,6 +254,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<std::size_t>& balancedOffsets(std::size_t count);
 
   const CommunicatorConfig config_;
+  std::vector<int> hosts_;  // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
   std::shared_ptr<tcp::Transport> transport_;
   std::string broken_;  // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;

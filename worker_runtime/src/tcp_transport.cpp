@@ -37,6 +37,20 @@ constexpr std::size_t kStageBytes = std::size_t{64} * 1024;
 constexpr std::size_t kDirectReadMin = std::size_t{16} * 1024;
 constexpr std::size_t kMaxIov = 64;
 constexpr std::size_t kChunkPoolMax = 16;
+// Ring traffic is published (and consumed) in pieces of at most this, so the other side starts
+// copying a large message out while the rest is still being copied in.
+constexpr std::size_t kShmPiece = std::size_t{128} * 1024;
+// While spinning on rings alone, poll() the sockets (kicks, doorbells, EOF) every this many
+// rounds only.
+constexpr unsigned kShmPollEvery = 64;
+
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 std::string errnoText(int err) { return std::system_category().message(err); }
 
@@ -62,8 +76,8 @@ void sayGoodbyeAtExit() {
 
 }  // namespace
 
-Transport::Transport(std::vector<UniqueFd> fds, std::vector<int> globalRanks,
-                     std::chrono::microseconds spin)
+Transport::Transport(std::vector<UniqueFd> fds, std::vector<std::unique_ptr<shm::Link>> links,
+                     std::vector<int> globalRanks, std::chrono::microseconds spin)
     : globalRanks_(std::move(globalRanks)), spin_(spin) {
   peers_.resize(fds.size());
   for (std::size_t r = 0; r < fds.size(); ++r) {
@@ -71,9 +85,17 @@ Transport::Transport(std::vector<UniqueFd> fds, std::vector<int> globalRanks,
     p.globalRank = globalRanks_[r];
     if (fds[r].valid()) {
       p.fd = std::move(fds[r]);
-      p.stage = std::make_unique_for_overwrite<std::byte[]>(kStageBytes);
+      if (r < links.size() && links[r]) {
+        p.shm = std::move(links[r]);
+      } else {
+        p.stage = std::make_unique_for_overwrite<std::byte[]>(kStageBytes);
+        tcpPeers_ = true;
+      }
     }
   }
+  shmPeers_.reserve(peers_.size());
+  shmWatch_.reserve(peers_.size());
+  shmWantSpace_.reserve(peers_.size());
   wakeFd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wakeFd_.valid()) {
     throw CommError("tcp: eventfd: " + errnoText(errno));
@@ -340,15 +362,27 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
                          bool spin) {
   pollFds_.clear();
   pollPeers_.clear();
+  shmPeers_.clear();
+  shmWatch_.clear();
+  shmWantSpace_.clear();
   for (std::size_t r = 0; r < peers_.size(); ++r) {
     const Peer& p = peers_[r];
     if (!p.fd.valid() || p.dead) {
       continue;
     }
-    // Always POLLIN: a peer that dies is noticed at once, whatever we are waiting for.
-    const auto events = static_cast<short>(POLLIN | (p.sendQueue.empty() ? 0 : POLLOUT));
+    // Always POLLIN: a peer that dies is noticed at once, whatever we are waiting for. A peer
+    // with a ring needs no POLLOUT: a full ring is announced in the ring, and the doorbell
+    // arrives as POLLIN.
+    const bool onSocket = !p.shm;
+    const auto events =
+        static_cast<short>(POLLIN | (onSocket && !p.sendQueue.empty() ? POLLOUT : 0));
     pollFds_.push_back(pollfd{p.fd.get(), events, 0});
     pollPeers_.push_back(static_cast<int>(r));
+    if (p.shm) {
+      shmPeers_.push_back(static_cast<int>(r));
+      shmWatch_.push_back(p.shm.get());
+      shmWantSpace_.push_back(p.sendQueue.empty() ? 0 : 1);
+    }
   }
   pollFds_.push_back(pollfd{wakeFd_.get(), POLLIN, 0});
 
@@ -359,47 +393,89 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
   }
   lock.unlock();
   int rc = 0;
+  bool ringsReady = false;
   if (spin) {
     // A short busy-poll first: the answer usually comes within microseconds, and sleeping in
     // poll() costs a scheduler wake-up (~8 us here) per message. Bounded, and only where every
-    // local rank has a core of its own (see spinFor()).
+    // local rank has a core of its own (see spinFor()). Rings are checked every round (two
+    // loads each); the sockets every round only when some peer uses one.
     const auto spinEnd = std::min(deadline, Clock::now() + spin_);
+    unsigned round = 0;
     do {
-      rc = ::poll(pollFds_.data(), pollFds_.size(), 0);
+      if (!shmWatch_.empty()) {
+        ringsReady = shmReady();
+        if (ringsReady) {
+          break;
+        }
+      }
+      if (tcpPeers_ || shmWatch_.empty() || round++ % kShmPollEvery == 0) {
+        rc = ::poll(pollFds_.data(), pollFds_.size(), 0);
+      } else {
+        cpuRelax();
+      }
     } while (rc == 0 && Clock::now() < spinEnd);
   }
-  if (rc == 0) {
-    rc = ::poll(pollFds_.data(), pollFds_.size(), timeoutMs);
+  if (rc == 0 && !ringsReady) {
+    for (std::size_t k = 0; k < shmWatch_.size(); ++k) {
+      ringsReady = shmWatch_[k]->prepareSleep(shmWantSpace_[k] != 0) || ringsReady;
+    }
+    if (!ringsReady) {
+      rc = ::poll(pollFds_.data(), pollFds_.size(), timeoutMs);
+    }
+    for (shm::Link* link : shmWatch_) {
+      link->endSleep();
+    }
   }
   lock.lock();
-  if (rc <= 0) {
+  if (rc <= 0 && shmPeers_.empty()) {
     return;  // timed out or EINTR: the caller checks its deadline
   }
   const std::uint64_t before = completions_;
-  for (std::size_t k = 0; k < pollPeers_.size(); ++k) {
-    const short revents = pollFds_[k].revents;
-    if (revents == 0) {
-      continue;
+  if (rc > 0) {
+    for (std::size_t k = 0; k < pollPeers_.size(); ++k) {
+      const short revents = pollFds_[k].revents;
+      if (revents == 0) {
+        continue;
+      }
+      Peer& p = peers_[static_cast<std::size_t>(pollPeers_[k])];
+      if (p.dead) {
+        continue;  // failed while we were in poll()
+      }
+      if ((revents & POLLOUT) != 0) {
+        pumpWrite(p);
+      }
+      if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        pumpRead(p);
+      }
     }
-    Peer& p = peers_[static_cast<std::size_t>(pollPeers_[k])];
-    if (p.dead) {
-      continue;  // failed while we were in poll()
-    }
-    if ((revents & POLLOUT) != 0) {
-      pumpWrite(p);
-    }
-    if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      pumpRead(p);
+    if (pollFds_.back().revents != 0) {
+      std::uint64_t value = 0;
+      [[maybe_unused]] const auto n = ::read(wakeFd_.get(), &value, sizeof value);
     }
   }
-  if (pollFds_.back().revents != 0) {
-    std::uint64_t value = 0;
-    [[maybe_unused]] const auto n = ::read(wakeFd_.get(), &value, sizeof value);
+  // Rings need no event to be read: whatever arrived (or was freed) is handled now.
+  for (const int r : shmPeers_) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (!p.dead) {
+      drainRing(p);
+    }
+    if (!p.dead && !p.sendQueue.empty()) {
+      pumpWriteShm(p);
+    }
   }
   if (completions_ != before && waiters_ > 0) {
     waitersCv_.notify_all();
   }
   sweepAsync();
+}
+
+bool Transport::shmReady() const {
+  for (std::size_t k = 0; k < shmWatch_.size(); ++k) {
+    if (shmWatch_[k]->hasData() || (shmWantSpace_[k] != 0 && shmWatch_[k]->hasSpace())) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Transport::kick() {
@@ -474,6 +550,10 @@ void Transport::abort(const std::string& reason) {
 // ---- writing --------------------------------------------------------------------------------
 
 void Transport::pumpWrite(Peer& p) {
+  if (p.shm) {
+    pumpWriteShm(p);
+    return;
+  }
   while (!p.sendQueue.empty() && !p.dead) {
     std::array<iovec, kMaxIov> iov{};
     std::size_t count = 0;
@@ -529,12 +609,65 @@ void Transport::pumpWrite(Peer& p) {
   }
 }
 
+void Transport::pumpWriteShm(Peer& p) {
+  bool wake = false;
+  std::size_t unpublished = 0;
+  while (!p.sendQueue.empty() && !p.dead) {
+    Op* op = p.sendQueue.front();
+    std::size_t n = 0;
+    std::size_t want = 0;
+    if (op->moved < kHeaderBytes) {
+      want = kHeaderBytes - op->moved;
+      n = p.shm->put(reinterpret_cast<const std::byte*>(&op->header) + op->moved, want);
+    } else {
+      want = std::min(kShmPiece, kHeaderBytes + op->bytes - op->moved);
+      n = p.shm->put(op->data + (op->moved - kHeaderBytes), want);
+    }
+    op->moved += n;
+    unpublished += n;
+    if (op->moved == kHeaderBytes + op->bytes) {
+      p.sendQueue.pop_front();
+      complete(*op);
+    }
+    if (unpublished >= kShmPiece || n < want) {
+      wake = p.shm->publish() || wake;
+      unpublished = 0;
+    }
+    if (n < want) {
+      break;  // the ring is full: the reader's doorbell says when there is room
+    }
+  }
+  if (unpublished > 0) {
+    wake = p.shm->publish() || wake;
+  }
+  if (wake) {
+    ringDoorbell(p);
+  }
+}
+
+void Transport::ringDoorbell(Peer& p) {
+  const char bell = 1;
+  // Never blocking: a full socket already holds doorbells enough.
+  [[maybe_unused]] const auto n = ::send(p.fd.get(), &bell, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 void Transport::sendControl(Peer& p, std::uint64_t tag, const std::string& payload) {
   // Only between frames: a half-written frame in front would make this one garbage.
   if (p.dead || (!p.sendQueue.empty() && p.sendQueue.front()->moved > 0)) {
     return;
   }
   FrameHeader header{tag, payload.size()};
+  if (p.shm) {
+    // Best effort, like the socket's: a ring without room for the whole frame misses it.
+    if (p.shm->freeBytes() >= kHeaderBytes + payload.size()) {
+      p.shm->put(reinterpret_cast<const std::byte*>(&header), kHeaderBytes);
+      p.shm->put(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
+      if (p.shm->publish()) {
+        ringDoorbell(p);
+      }
+    }
+    return;
+  }
   std::array<iovec, 2> iov{
       {{&header, kHeaderBytes}, {const_cast<char*>(payload.data()), payload.size()}}};
   msghdr msg{};
@@ -546,7 +679,61 @@ void Transport::sendControl(Peer& p, std::uint64_t tag, const std::string& paylo
 
 // ---- reading --------------------------------------------------------------------------------
 
+void Transport::pumpReadShm(Peer& p) {
+  drainRing(p);
+  // The socket carries only doorbells now, and EOF when the peer is gone.
+  std::array<char, 256> bells{};
+  while (!p.dead) {
+    const ssize_t n = ::read(p.fd.get(), bells.data(), bells.size());
+    if (n > 0) {
+      continue;
+    }
+    if (n == 0) {
+      // Whatever the peer wrote before it closed (its goodbye, an abort reason) is in the ring.
+      drainRing(p);
+      if (p.leaving) {
+        peerFailed(p, "connection to " + peerName(p) + " closed (it left the group)", false);
+      } else {
+        peerFailed(p, "connection to " + peerName(p) + " closed", true);
+      }
+      return;
+    }
+    const int err = errno;
+    if (err == EINTR) {
+      continue;
+    }
+    if (err != EAGAIN && err != EWOULDBLOCK) {
+      drainRing(p);
+      peerFailed(p, "connection to " + peerName(p) + " failed: " + errnoText(err), !p.leaving);
+    }
+    return;
+  }
+}
+
+bool Transport::drainRing(Peer& p) {
+  bool any = false;
+  bool wake = false;
+  while (!p.dead) {
+    const std::span<const std::byte> ready = p.shm->readable();
+    if (ready.empty()) {
+      break;
+    }
+    const std::size_t n = std::min(ready.size(), kShmPiece);
+    consume(p, ready.data(), n);
+    wake = p.shm->release(n) || wake;
+    any = true;
+  }
+  if (wake) {
+    ringDoorbell(p);
+  }
+  return any;
+}
+
 void Transport::pumpRead(Peer& p) {
+  if (p.shm) {
+    pumpReadShm(p);
+    return;
+  }
   while (!p.dead) {
     std::byte* dst = p.stage.get();
     std::size_t want = kStageBytes;

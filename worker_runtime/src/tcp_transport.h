@@ -1,7 +1,9 @@
 // The Tcp backend's data path: one connected, non-blocking socket per peer, carrying framed
-// messages (16-byte header: tag, length) in order. Sends and receives are posted as Ops and
-// matched per peer by tag in posting order (MPI's rule), so point-to-point traffic and
-// collectives (which use tags with the top bit set) never mix up.
+// messages (16-byte header: tag, length) in order. A peer on the same host may have a
+// shared-memory link (shm_link.h) instead: the same frames then go through its ring, and the
+// socket stays open only for doorbells (wake-ups) and to notice the peer's death (EOF). Sends and
+// receives are posted as Ops and matched per peer by tag in posting order (MPI's rule), so
+// point-to-point traffic and collectives (which use tags with the top bit set) never mix up.
 //
 // Progress: whichever thread waits drives the sockets with poll() (the "driver"), so a blocking
 // collective costs no thread hand-off. A background thread drives only while isend/irecv work is
@@ -27,6 +29,8 @@
 #include <poll.h>
 
 #include "dtrun/common.h"
+
+#include "shm_link.h"
 
 namespace dtrun::runtime::detail::tcp {
 
@@ -86,10 +90,11 @@ enum class WaitResult : std::uint8_t { kFinished, kTimedOut, kPeerCrashed };
 
 class Transport {
  public:
-  // fds[r] is the connected socket to group rank r (invalid for this rank). globalRanks name
-  // peers in messages. A waiting caller busy-polls for up to `spin` before it sleeps in poll().
-  Transport(std::vector<UniqueFd> fds, std::vector<int> globalRanks,
-            std::chrono::microseconds spin);
+  // fds[r] is the connected socket to group rank r (invalid for this rank); links[r], where set
+  // (links may be empty), carries r's data instead of fds[r]. globalRanks name peers in
+  // messages. A waiting caller busy-polls for up to `spin` before it sleeps in poll().
+  Transport(std::vector<UniqueFd> fds, std::vector<std::unique_ptr<shm::Link>> links,
+            std::vector<int> globalRanks, std::chrono::microseconds spin);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -140,6 +145,7 @@ class Transport {
 
   struct Peer {
     UniqueFd fd;
+    std::unique_ptr<shm::Link> shm;  // set: data goes through it, fd carries doorbells
     int globalRank = -1;
     bool dead = false;     // no more traffic; ops fail with deadReason
     bool crashed = false;  // dead without an orderly goodbye (aborts collectives)
@@ -172,6 +178,11 @@ class Transport {
   void postLocked(Op& op);
   void pumpWrite(Peer& p);
   void pumpRead(Peer& p);
+  void pumpWriteShm(Peer& p);
+  void pumpReadShm(Peer& p);
+  bool drainRing(Peer& p);
+  void ringDoorbell(Peer& p);
+  [[nodiscard]] bool shmReady() const;
   void consume(Peer& p, const std::byte* src, std::size_t len);
   void beginMessage(Peer& p);
   void finishMessage(Peer& p);
@@ -205,6 +216,10 @@ class Transport {
   std::vector<Chunk> chunkPool_;
   std::vector<pollfd> pollFds_;  // the driver's scratch
   std::vector<int> pollPeers_;
+  std::vector<int> shmPeers_;         // the driver's scratch: peers with a link
+  std::vector<shm::Link*> shmWatch_;  // their links, read without the mutex while spinning
+  std::vector<char> shmWantSpace_;    // whether each has sends waiting for ring space
+  bool tcpPeers_ = false;             // some peer is on a socket: spin with poll()
   std::thread background_;
 };
 

@@ -1,0 +1,302 @@
+// The tcp backend's transports, ranks as threads of this process: shared memory between ranks
+// of one host (the default), sockets only (DTRUN_TRANSPORT=tcp), mixed jobs (DTRUN_HOST_ID makes
+// "hosts" out of this one: ranks on one of them share memory, the others use sockets), small
+// rings (every frame wraps, writers wait for room) and a tmpfs that cannot be used (fallback to
+// TCP). Each runs the check worker's full group checks (ops_checks.h: every collective and
+// p2p against exact oracles) and tcp-vs-gloo comparisons (compare_checks.h); which transport
+// carried the data is read from /proc/self/maps (the rings are mappings of DTRUN_SHM_DIR files).
+// Real processes (a peer killed mid-operation) are in tests/integration/runtime_test.sh.
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "dtrun/runtime.h"
+
+#include "support/scoped.h"
+#include "support/test_support.h"
+#include "thread_rank.h"
+#include "worker_runtime/compare_checks.h"
+#include "worker_runtime/ops_checks.h"
+
+namespace {
+
+namespace rt = dtrun::runtime;
+using dtrun::testing::ScopedEnv;
+using dtrun::testing::TempDir;
+
+using Check = std::function<int(dtrt_check::Reporter&, const rt::Context&)>;
+
+// Runs `check` on `world` threads of one in-process store; the number of ranks that failed.
+int failingRanks(int world, const Check& check) {
+  static std::atomic<int> jobs{0};
+  const auto server = dtrun::testing::startServer();
+  const std::string prefix = "/shm" + std::to_string(jobs++);
+  std::vector<int> codes(static_cast<std::size_t>(world), 1);
+  std::vector<std::thread> ranks;
+  ranks.reserve(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      dtrt_check::Reporter report(/*quiet=*/true);
+      try {
+        codes[static_cast<std::size_t>(r)] =
+            check(report, dtrun::testing::joinAsThread(r, world, server->port(), prefix));
+      } catch (const std::exception& e) {
+        report.fail("rank " + std::to_string(r), e.what());
+      }
+    });
+  }
+  for (auto& t : ranks) {
+    t.join();
+  }
+  int failing = 0;
+  for (const int code : codes) {
+    failing += code != 0 ? 1 : 0;
+  }
+  return failing;
+}
+
+// Mappings of files under `dir` in this process (the rings of every rank-thread's groups).
+int ringMappings(const std::string& dir) {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    count += line.find(dir + "/dtrun-") != std::string::npos ? 1 : 0;
+  }
+  return count;
+}
+
+// A transport set-up: the environment the ranks see.
+struct Setup {
+  const char* name;
+  std::optional<std::string> transport;  // DTRUN_TRANSPORT
+  std::optional<std::string> hosts;      // DTRUN_HOST_ID
+  std::optional<std::string> ring;       // DTRUN_SHM_RING_BYTES
+};
+
+// The ring mappings a world of `world` ranks makes under `setup` (both ends of each pair live in
+// this process): pairs on one host x 2.
+int expectedMappings(const Setup& s, int world) {
+  if (s.transport == "tcp") {
+    return 0;
+  }
+  if (!s.hosts) {
+    return world * (world - 1);
+  }
+  // Hosts "a,a,b,b,...": ranks 2k and 2k+1 share one.
+  int pairs = 0;
+  for (int r = 0; r < world; ++r) {
+    for (int q = r + 1; q < world; ++q) {
+      pairs += r / 2 == q / 2 ? 1 : 0;
+    }
+  }
+  return 2 * pairs;
+}
+
+std::string hostList(int world) {
+  std::string text;
+  for (int r = 0; r < world; ++r) {
+    text += (r > 0 ? "," : "") + std::string(1, static_cast<char>('a' + r / 2));
+  }
+  return text;
+}
+
+const std::vector<Setup>& setups() {
+  static const std::vector<Setup> all = {
+      {"shm", std::nullopt, std::nullopt, std::nullopt},
+      {"tcp", "tcp", std::nullopt, std::nullopt},
+      {"mixed", std::nullopt, "mixed", std::nullopt},
+      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536"},
+  };
+  return all;
+}
+
+// Large messages through every collective and p2p (ring wrap-around, full rings, pipelined
+// segments): values known exactly.
+int checkLarge(dtrt_check::Reporter& report, const rt::Context& ctx) {
+  const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+  const int n = pg->size();
+  const int r = pg->rank();
+  constexpr std::size_t kCount = 3 * 1024 * 1024 + 13;  // 12 MiB of f32, odd
+  std::vector<float> data(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    data[i] = static_cast<float>((i + static_cast<std::size_t>(r)) % 7);
+  }
+  pg->allReduce(rt::view(std::span<float>(data)));
+  bool ok = true;
+  for (std::size_t i = 0; i < kCount && ok; ++i) {
+    float want = 0;
+    for (int q = 0; q < n; ++q) {
+      want += static_cast<float>((i + static_cast<std::size_t>(q)) % 7);
+    }
+    ok = data[i] == want;
+  }
+  report.expect(ok, "large all_reduce", "wrong sum");
+  std::vector<float> out(kCount, -1);
+  std::vector<float> in(kCount, -1);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    out[i] = static_cast<float>((i * 3 + static_cast<std::size_t>(r)) % 11);
+  }
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  rt::Work receiving = pg->irecv(rt::view(std::span<float>(in)), prev, 9);
+  pg->send(rt::view(std::span<const float>(out)), next, 9);
+  receiving.wait();
+  ok = true;
+  for (std::size_t i = 0; i < kCount && ok; ++i) {
+    ok = in[i] == static_cast<float>((i * 3 + static_cast<std::size_t>(prev)) % 11);
+  }
+  report.expect(ok, "large send/recv", "wrong data from rank " + std::to_string(prev));
+  std::vector<float> all(kCount / 4 * static_cast<std::size_t>(n));
+  pg->allGather(rt::view(std::span<const float>(out.data(), kCount / 4)),
+                rt::view(std::span<float>(all)));
+  ok = true;
+  for (std::size_t k = 0; k < all.size() && ok; ++k) {
+    const std::size_t q = k / (kCount / 4);
+    const std::size_t i = k % (kCount / 4);
+    ok = all[k] == static_cast<float>((i * 3 + q) % 11);
+  }
+  report.expect(ok, "large all_gather", "wrong data");
+  pg->barrier();
+  return report.exitCode();
+}
+
+// Seeded random floats through all_reduce at sizes around the algorithm thresholds: rank 0's
+// result bits, to compare between transports.
+std::vector<std::uint32_t> allReduceBits(int world) {
+  std::vector<std::uint32_t> bits;
+  std::mutex mutex;
+  const int failing = failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& c) {
+    const auto pg = rt::ProcessGroup::create(c, rt::Backend::kTcp);
+    std::vector<std::uint32_t> mine;
+    for (const std::size_t count : {1UL, 1000UL, 16384UL, 16385UL, 300000UL, 1100000UL}) {
+      std::mt19937 gen(static_cast<unsigned>(count * 31 + static_cast<std::size_t>(c.rank)));
+      std::uniform_real_distribution<float> dist(-1, 1);
+      std::vector<float> v(count);
+      for (auto& x : v) {
+        x = dist(gen);
+      }
+      pg->allReduce(rt::view(std::span<float>(v)));
+      for (const float x : v) {
+        std::uint32_t b = 0;
+        std::memcpy(&b, &x, 4);
+        mine.push_back(b);
+      }
+    }
+    if (c.rank == 0) {
+      const std::lock_guard<std::mutex> lock(mutex);
+      bits = std::move(mine);
+    }
+    return report.exitCode();
+  });
+  CHECK(failing == 0);
+  return bits;
+}
+
+}  // namespace
+
+TEST_CASE("the group checks pass over shm, tcp, mixed hosts and small rings, worlds 2 to 4",
+          "[runtime][shm]") {
+  const TempDir dir;
+  const ScopedEnv shmDir("DTRUN_SHM_DIR", dir.path().string());
+  for (const Setup& s : setups()) {
+    for (int world = 2; world <= 4; ++world) {
+      const ScopedEnv transport("DTRUN_TRANSPORT", s.transport);
+      const ScopedEnv hosts("DTRUN_HOST_ID",
+                            s.hosts ? std::optional<std::string>(hostList(world)) : std::nullopt);
+      const ScopedEnv ring("DTRUN_SHM_RING_BYTES", s.ring);
+      INFO(s.name << " world " << world << " (FAIL lines above name the check)");
+      std::atomic<int> mapped{-1};
+      CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
+              int code = dtrt_check::checkGroup(report, ctx, rt::Backend::kTcp);
+              const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+              pg->barrier();  // every rank's group is up: count the mappings of this one
+              if (ctx.rank == 0) {
+                mapped = ringMappings(dir.path().string());
+              }
+              pg->barrier();
+              code |= checkLarge(report, ctx);
+              return code;
+            }) == 0);
+      CHECK(mapped == expectedMappings(s, world));
+      CHECK(ringMappings(dir.path().string()) == 0);  // groups gone: rings unmapped
+    }
+  }
+}
+
+TEST_CASE("over shm and mixed hosts, tcp agrees with gloo on random data", "[runtime][shm]") {
+  for (const bool mixed : {false, true}) {
+    for (int world = 2; world <= 4; world += 2) {
+      const ScopedEnv hosts("DTRUN_HOST_ID",
+                            mixed ? std::optional<std::string>(hostList(world)) : std::nullopt);
+      INFO((mixed ? "mixed" : "shm") << " world " << world);
+      CHECK(failingRanks(world, dtrt_check::checkCompare) == 0);
+    }
+  }
+}
+
+TEST_CASE("all_reduce gives the same bits over shm, tcp and mixed hosts", "[runtime][shm]") {
+  for (int world = 2; world <= 4; ++world) {
+    INFO("world " << world);
+    std::vector<std::uint32_t> overTcp;
+    std::vector<std::uint32_t> overShm;
+    std::vector<std::uint32_t> overMixed;
+    {
+      const ScopedEnv transport("DTRUN_TRANSPORT", "tcp");
+      overTcp = allReduceBits(world);
+    }
+    overShm = allReduceBits(world);
+    {
+      const ScopedEnv hosts("DTRUN_HOST_ID", hostList(world));
+      overMixed = allReduceBits(world);
+    }
+    CHECK(!overTcp.empty());
+    CHECK(overShm == overTcp);
+    CHECK(overMixed == overTcp);
+  }
+}
+
+TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they work",
+          "[runtime][shm]") {
+  const TempDir dir;
+  const ScopedEnv shmDir("DTRUN_SHM_DIR", (dir.path() / "missing").string());
+  std::atomic<int> mapped{-1};
+  CHECK(failingRanks(3, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
+          const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+          pg->barrier();
+          if (ctx.rank == 0) {
+            mapped = ringMappings(dir.path().string());
+          }
+          pg->barrier();
+          return checkLarge(report, ctx);
+        }) == 0);
+  CHECK(mapped == 0);
+}
+
+TEST_CASE("bad DTRUN_TRANSPORT and DTRUN_SHM_RING_BYTES are refused, naming the variable",
+          "[runtime][shm]") {
+  for (const auto& setting : std::vector<std::pair<std::string, std::string>>{
+           {"DTRUN_TRANSPORT", "infiniband"}, {"DTRUN_SHM_RING_BYTES", "1000"}}) {
+    const std::string name = setting.first;
+    const ScopedEnv bad(name, setting.second);
+    std::atomic<int> refused{0};
+    failingRanks(2, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
+      try {
+        const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+      } catch (const rt::ConfigError& e) {
+        refused += std::string(e.what()).find(name) != std::string::npos ? 1 : 0;
+      } catch (const rt::Error&) {
+        // The peer that refused first closes its socket: the other may see that instead.
+      }
+      return report.exitCode();
+    });
+    CHECK(refused >= 1);
+  }
+}
