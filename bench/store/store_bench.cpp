@@ -9,14 +9,21 @@
 // It measures, it never asserts: exit status is non-zero only when an operation failed.
 // Single-threaded by design: it forks, and a fork after a thread exists is unsafe.
 //
+// With --server-pid PID it also reads the server process's CPU time (utime + stime of
+// /proc/PID/stat) when the window starts and once every client has reported, and adds
+// `server_cpu_s=... server_cpu_s_per_kop=...` (CPU-seconds per 1000 ops of the window): what an
+// op costs the server, which ops/s cannot tell once the clients saturate the machine's CPUs.
+//
 // Usage: store_bench --port P [--clients N] [--op set|get|add|waitset] [--duration-ms D]
 //                    [--warmup-ms W] [--value-bytes B] [--label L] [--dialect legacy|v2]
+//                    [--server-pid PID]
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <exception>
 #include <iostream>
@@ -59,6 +66,7 @@ struct BenchOptions {
   std::string label = "store";
   std::string dialect = "legacy";
   int timeoutMs = 20000;  // per store call, and the bound on every wait for a child
+  int serverPid = 0;      // > 0: measure this process's CPU time over the window
 };
 
 // What a child sends back through its result pipe, followed by `samples` u32 latencies (ns) and
@@ -91,6 +99,32 @@ constexpr std::uint64_t kSetKeyCycle = 1024;
 
 std::int64_t nowNs() {
   return std::chrono::duration_cast<nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// utime + stime of process `pid` in seconds (/proc/PID/stat, clock ticks), or -1 if unreadable.
+double processCpuSeconds(int pid) {
+  std::FILE* file = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+  if (file == nullptr) {
+    return -1;
+  }
+  char line[1024] = {};
+  const bool read = std::fgets(line, sizeof line, file) != nullptr;
+  static_cast<void>(std::fclose(file));
+  // The command name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+  const char* p = read ? std::strrchr(line, ')') : nullptr;
+  if (p == nullptr) {
+    return -1;
+  }
+  unsigned long long utime = 0;
+  unsigned long long stime = 0;
+  // Fields 3..15 after ')': state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt,
+  // majflt, cmajflt, utime, stime.
+  // NOLINTNEXTLINE(cert-err34-c): a malformed line is caught by the count
+  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                  &stime) != 2) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 int remainingMs(std::int64_t deadlineNs) {
@@ -399,6 +433,16 @@ int runParent(const BenchOptions& options, BenchOp op) {
   static_cast<void>(
       writeAll(start.value().write.get(), signals.data(), signals.size() * sizeof(StartSignal)));
   start.value().write.reset();
+  double serverCpuStart = -1;
+  if (options.serverPid > 0 && signal.stopNs > 0) {
+    const std::int64_t wait = signal.startNs - nowNs();
+    if (wait > 0) {
+      timespec ts{static_cast<time_t>(wait / 1'000'000'000),
+                  static_cast<long>(wait % 1'000'000'000)};
+      static_cast<void>(::nanosleep(&ts, nullptr));
+    }
+    serverCpuStart = processCpuSeconds(options.serverPid);
+  }
 
   // Collect reports. stopNs == 0 tells children not to measure: they report at once.
   const std::int64_t reportDeadline = std::max(signal.stopNs, nowNs()) + callNs + 5'000'000'000LL;
@@ -441,6 +485,7 @@ int runParent(const BenchOptions& options, BenchOp op) {
     firstStart = std::min(firstStart, report.startNs);
     lastEnd = std::max(lastEnd, report.endNs);
   }
+  const double serverCpuEnd = serverCpuStart >= 0 ? processCpuSeconds(options.serverPid) : -1;
   std::vector<int> codes;
   reapAll(children, nowNs() + 5'000'000'000LL, codes);
 
@@ -450,10 +495,19 @@ int runParent(const BenchOptions& options, BenchOp op) {
   const double opsPerS = windowS > 0 ? static_cast<double>(totalOps) / windowS : 0.0;
   std::printf(
       "store_bench label=%s op=%s clients=%d ops=%llu window_s=%.3f ops_per_s=%.0f p50_us=%.1f "
-      "p99_us=%.1f max_us=%.1f samples=%zu errors=%zu\n",
+      "p99_us=%.1f max_us=%.1f samples=%zu errors=%zu",
       options.label.c_str(), options.op.c_str(), options.clients,
       static_cast<unsigned long long>(totalOps), windowS, opsPerS, percentileUs(all, 0.50),
       percentileUs(all, 0.99), all.empty() ? 0.0 : all.back() / 1000.0, all.size(), errors);
+  if (serverCpuEnd >= 0 && totalOps > 0) {
+    const double cpu = serverCpuEnd - serverCpuStart;
+    std::printf(" server_cpu_s=%.3f server_cpu_s_per_kop=%.5f", cpu,
+                cpu * 1000.0 / static_cast<double>(totalOps));
+  } else if (options.serverPid > 0) {
+    std::cerr << "store_bench: cannot read /proc/" << options.serverPid
+              << "/stat: no server CPU figure\n";
+  }
+  std::printf("\n");
   static_cast<void>(std::fflush(stdout));
   if (errors > 0) {
     std::cerr << "store_bench: " << errors << " of " << clients
@@ -496,6 +550,9 @@ int main(int argc, char** argv) {
     app.add_option("--timeout-ms", options.timeoutMs, "Deadline of each store call")
         ->capture_default_str()
         ->check(CLI::Range(100, 600000));
+    app.add_option("--server-pid", options.serverPid,
+                   "Also measure this server process's CPU time over the window (/proc/PID/stat)")
+        ->check(CLI::Range(1, 1 << 30));
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
