@@ -25,9 +25,13 @@
 //       connect_ops_per_node=5.00 ok=1
 //
 // Usage: rdzv_bench [--nodes 8,64,512,4096] [--repeats R] [--connect HOST:PORT]
-//                   [--stack-kib 256] [--timeout-s 120]
+//                   [--connections 2|1] [--stack-kib 256] [--timeout-s 120]
 // Each node needs 2 descriptors (4 with an in-process server): the soft RLIMIT_NOFILE is raised
 // to the hard limit at start; a size that cannot fit is reported and the program exits 2.
+// --connections 1 opens a node's notification connection only when it first notifies (never,
+// in a join): 16,384 nodes then fit a hard limit of 20,000 descriptors per process, with the
+// store in its own process (--connect to `dtrun store --max-connections ...`). join() itself
+// runs the same requests on the same (waiting) connection either way.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,15 +39,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -51,6 +62,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <climits>
 
 #include "dtrun/common.h"
 #include "dtrun/rendezvous.h"
@@ -74,6 +86,7 @@ extern "C" ssize_t send(int fd, const void* buf, size_t n, int flags) {
 
 namespace {
 
+using dtrun::rdzv::Bytes;
 using dtrun::rdzv::ClientOptions;
 using dtrun::rdzv::JoinOutcome;
 using dtrun::rdzv::KeeperService;
@@ -88,9 +101,127 @@ struct Options {
   std::vector<int> nodes{8, 64, 512, 4096};
   int repeats = 1;
   std::string connect;  // HOST:PORT; empty: in-process server and keepers
+  int connections = 2;  // per node: 1 = the notification connection only on first use
+  int serverPid = 0;    // > 0: also report this process's (the store's) CPU time per round
   int stackKib = 256;
   int timeoutS = 120;
 };
+
+// A Store that connects on its first call: a node's notification connection, which join()
+// never uses (--connections 1).
+class LazyStore final : public dtrun::rdzv::Store {
+ public:
+  explicit LazyStore(ClientOptions options) : options_(std::move(options)) {}
+
+  dtrun::Status set(std::string_view key, std::string_view value) override {
+    DTRUN_TRY(open());
+    return store_->set(key, value);
+  }
+  dtrun::Result<Bytes> get(std::string_view key) override {
+    DTRUN_TRY(open());
+    return store_->get(key);
+  }
+  dtrun::Result<std::optional<Bytes>> tryGet(std::string_view key) override {
+    DTRUN_TRY(open());
+    return store_->tryGet(key);
+  }
+  dtrun::Result<std::int64_t> add(std::string_view key, std::int64_t delta) override {
+    DTRUN_TRY(open());
+    return store_->add(key, delta);
+  }
+  dtrun::Result<Bytes> compareSet(std::string_view key, std::string_view expected,
+                                  std::string_view desired) override {
+    DTRUN_TRY(open());
+    return store_->compareSet(key, expected, desired);
+  }
+  dtrun::Result<bool> check(std::span<const std::string> keys) override {
+    DTRUN_TRY(open());
+    return store_->check(keys);
+  }
+  dtrun::Status wait(std::span<const std::string> keys, milliseconds timeout) override {
+    DTRUN_TRY(open());
+    return store_->wait(keys, timeout);
+  }
+  dtrun::Result<std::int64_t> numKeys() override {
+    DTRUN_TRY(open());
+    return store_->numKeys();
+  }
+  dtrun::Result<bool> deleteKey(std::string_view key) override {
+    DTRUN_TRY(open());
+    return store_->deleteKey(key);
+  }
+  dtrun::Status append(std::string_view key, std::string_view value) override {
+    DTRUN_TRY(open());
+    return store_->append(key, value);
+  }
+  dtrun::Result<std::vector<Bytes>> multiGet(std::span<const std::string> keys) override {
+    DTRUN_TRY(open());
+    return store_->multiGet(keys);
+  }
+  dtrun::Status multiSet(std::span<const std::string> keys,
+                         std::span<const Bytes> values) override {
+    DTRUN_TRY(open());
+    return store_->multiSet(keys, values);
+  }
+  dtrun::Result<std::chrono::microseconds> ping() override {
+    DTRUN_TRY(open());
+    return store_->ping();
+  }
+  dtrun::Status queuePush(std::string_view key, std::string_view value) override {
+    DTRUN_TRY(open());
+    return store_->queuePush(key, value);
+  }
+  dtrun::Result<Bytes> queuePop(std::string_view key, milliseconds timeout) override {
+    DTRUN_TRY(open());
+    return store_->queuePop(key, timeout);
+  }
+  dtrun::Result<std::vector<Bytes>> queuePopMany(std::string_view key, std::size_t maxItems,
+                                                 milliseconds timeout) override {
+    DTRUN_TRY(open());
+    return store_->queuePopMany(key, maxItems, timeout);
+  }
+  dtrun::Result<std::int64_t> queueLen(std::string_view key) override {
+    DTRUN_TRY(open());
+    return store_->queueLen(key);
+  }
+  dtrun::Result<std::vector<Bytes>> listKeys() override {
+    DTRUN_TRY(open());
+    return store_->listKeys();
+  }
+  dtrun::Status barrier(std::string_view key, std::int64_t worldSize,
+                        milliseconds timeout) override {
+    DTRUN_TRY(open());
+    return store_->barrier(key, worldSize, timeout);
+  }
+  [[nodiscard]] std::string peer() const override {
+    return options_.host + ":" + std::to_string(options_.port);
+  }
+
+ private:
+  dtrun::Status open() {
+    if (!store_) {
+      DTRUN_ASSIGN_OR_RETURN(store_, dtrun::rdzv::connectStore(options_));
+    }
+    return dtrun::Status::ok();
+  }
+
+  ClientOptions options_;
+  std::unique_ptr<dtrun::rdzv::Store> store_;
+};
+
+// A node's member: RoundMember::connect (two connections), or with --connections 1 one
+// connection and a LazyStore for notifications.
+dtrun::Result<std::unique_ptr<RoundMember>> connectMember(const ClientOptions& store,
+                                                          const std::string& jobId,
+                                                          const RoundSettings& settings,
+                                                          NodeRecord self, int connections) {
+  if (connections >= 2) {
+    return RoundMember::connect(store, jobId, settings, std::move(self));
+  }
+  DTRUN_ASSIGN_OR_RETURN(auto waiter, dtrun::rdzv::connectStore(store));
+  return RoundMember::create(std::move(waiter), std::make_unique<LazyStore>(store), jobId, settings,
+                             std::move(self));
+}
 
 // One simulated node: written by its thread, read by main after the thread was joined.
 struct Node {
@@ -109,13 +240,21 @@ struct Node {
 // What the node threads of one run share with main.
 struct Run {
   ClientOptions store;
+  int connections = 2;
   std::string jobId;
   RoundSettings settings;
   std::vector<Node> nodes;
   std::mutex mutex;
   std::condition_variable changed;
   int connected = 0;  // nodes done connecting (well or not)
-  bool go = false;
+  // 1 = join now. A futex word, not the condition variable: 16,384 threads woken through one
+  // mutex would each take it in turn, and the close time would measure that queue.
+  std::atomic<int> go{0};
+  // Nodes done with join(); they then wait for `release` before their threads exit, so that
+  // 16,384 thread exits do not run (and compete for the CPUs) inside the measured window.
+  // Counted without the mutex: main polls it, so that no node wakes main inside the window.
+  std::atomic<int> finished{0};
+  std::atomic<int> release{0};
   std::atomic<bool> cancel{false};
 };
 
@@ -124,6 +263,24 @@ struct NodeThreadArg {
   Node* node;
 };
 
+// Sleeps until `word` no longer holds `value`. A plain futex: std::atomic::wait first spins with
+// sched_yield, which 16,384 waiting threads would turn into CPU taken from the nodes still
+// joining.
+void waitWhile(std::atomic<int>& word, int value) {
+  static_assert(sizeof(std::atomic<int>) == sizeof(int));
+  while (word.load() == value) {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,cppcoreguidelines-pro-type-vararg)
+    ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT_PRIVATE, value, nullptr, nullptr,
+              0);
+  }
+}
+
+void wakeAll(std::atomic<int>& word) {
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,cppcoreguidelines-pro-type-vararg)
+  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
+            0);
+}
+
 void runNode(Run& run, Node& node) {
   NodeRecord self;
   self.host = "sim-" + std::to_string(node.index);
@@ -131,7 +288,7 @@ void runNode(Run& run, Node& node) {
   self.nproc = 1;
   node.connectStart = Clock::now();
   std::uint64_t before = tSends;
-  auto member = RoundMember::connect(run.store, run.jobId, run.settings, self);
+  auto member = connectMember(run.store, run.jobId, run.settings, self, run.connections);
   node.connectOps = tSends - before;
   node.connectEnd = Clock::now();
   if (member.isOk()) {
@@ -140,12 +297,13 @@ void runNode(Run& run, Node& node) {
     node.error = "connect: " + member.status().toString();
   }
   {
-    std::unique_lock lock(run.mutex);
+    const std::lock_guard lock(run.mutex);
     ++run.connected;
     run.changed.notify_all();
-    run.changed.wait(lock, [&] { return run.go; });
   }
+  waitWhile(run.go, 0);
   if (!node.member || run.cancel.load()) {
+    run.finished.fetch_add(1);
     return;
   }
   before = tSends;
@@ -158,6 +316,8 @@ void runNode(Run& run, Node& node) {
   } else {
     node.error = "join: " + outcome.status().toString();
   }
+  run.finished.fetch_add(1);
+  waitWhile(run.release, 0);
 }
 
 void* nodeThread(void* raw) {
@@ -167,10 +327,35 @@ void* nodeThread(void* raw) {
   } catch (const std::exception& e) {
     arg->node->error = std::string("exception: ") + e.what();
     const std::lock_guard lock(arg->run->mutex);
-    ++arg->run->connected;  // may count twice on a late throw; main only waits for >= N
+    ++arg->run->connected;            // may count twice on a late throw; main only waits for >= N
+    arg->run->finished.fetch_add(1);  // the same
     arg->run->changed.notify_all();
   }
   return nullptr;
+}
+
+// utime + stime of process `pid` (/proc/PID/stat), seconds; -1 if unreadable.
+double cpuSeconds(int pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(file, line)) {
+    return -1;
+  }
+  // After the command name's closing parenthesis: fields 3.. (utime and stime are 14 and 15).
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0;
+  unsigned long long stime = 0;
+  for (int i = 3; i <= 13 && rest >> field; ++i) {
+  }
+  if (!(rest >> utime >> stime)) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double secondsOf(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
 double msBetween(Clock::time_point a, Clock::time_point b) {
@@ -181,6 +366,9 @@ struct RunResult {
   int nodes = 0;
   bool ok = false;
   double closeMs = 0;
+  double startSpreadMs = 0;  // first -> last join() start: how long releasing the threads took
+  double nodesCpuMs = 0;     // this process's CPU time while the nodes joined
+  double serverCpuMs = -1;   // the store's (--server-pid), or -1
   double connectMs = 0;
   double opsPerNode = 0;
   std::uint64_t maxOps = 0;
@@ -232,6 +420,14 @@ dtrun::Status waitForKeeper(const ClientOptions& store, const std::string& jobId
   return client->wait(keys, timeout);
 }
 
+std::string fixed(double v, int decimals) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(decimals);
+  out << v;
+  return out.str();
+}
+
 RunResult runOnce(const Options& options, int n, int rep) {
   RunResult result;
   result.nodes = n;
@@ -239,6 +435,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
   std::unique_ptr<KeeperService> keepers;
   Run run;
   run.store.timeout = std::chrono::seconds(options.timeoutS);
+  run.connections = options.connections;
   if (options.connect.empty()) {
     dtrun::rdzv::ServerOptions serverOptions;
     serverOptions.host = "127.0.0.1";
@@ -309,11 +506,33 @@ RunResult runOnce(const Options& options, int n, int rep) {
   if (!failure.empty()) {
     run.cancel.store(true);  // threads still connecting give up on their own (store timeout)
   }
+  const double serverCpu0 = options.serverPid > 0 ? cpuSeconds(options.serverPid) : -1;
+  const double selfCpu0 = cpuSeconds(::getpid());
+  run.go.store(1);
+  wakeAll(run.go);
   {
-    const std::lock_guard lock(run.mutex);
-    run.go = true;
-    run.changed.notify_all();
+    // join() is bounded by the join timeout (and the store's), so this wait is too; if it
+    // runs out anyway, the stragglers are cancelled and released with the rest.
+    const auto started = static_cast<int>(threads.size());
+    const auto joinDeadline = Clock::now() + 2 * std::chrono::seconds(options.timeoutS);
+    while (run.finished.load() < started) {
+      if (Clock::now() >= joinDeadline) {
+        run.cancel.store(true);
+        if (failure.empty()) {
+          failure = "nodes still joining after " + std::to_string(2 * options.timeoutS) + " s";
+        }
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
   }
+  // The join phase's CPU (polled every 10 ms above, so it may include up to 10 ms after it).
+  result.nodesCpuMs = (cpuSeconds(::getpid()) - selfCpu0) * 1000;
+  if (serverCpu0 >= 0) {
+    result.serverCpuMs = (cpuSeconds(options.serverPid) - serverCpu0) * 1000;
+  }
+  run.release.store(1);
+  wakeAll(run.release);
   for (const auto thread : threads) {
     ::pthread_join(thread, nullptr);
   }
@@ -326,6 +545,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
   std::set<int> ranks;
   int errors = 0;
   auto firstJoin = Clock::time_point::max();
+  auto lastJoin = Clock::time_point::min();
   auto lastAssigned = Clock::time_point::min();
   auto firstConnect = Clock::time_point::max();
   auto lastConnect = Clock::time_point::min();
@@ -355,6 +575,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
       continue;
     }
     firstJoin = std::min(firstJoin, node.joinStart);
+    lastJoin = std::max(lastJoin, node.joinStart);
     lastAssigned = std::max(lastAssigned, node.joinEnd);
     firstConnect = std::min(firstConnect, node.connectStart);
     lastConnect = std::max(lastConnect, node.connectEnd);
@@ -368,6 +589,10 @@ RunResult runOnce(const Options& options, int n, int rep) {
   }
   result.ok = true;
   result.closeMs = msBetween(firstJoin, lastAssigned);
+  result.startSpreadMs = msBetween(firstJoin, lastJoin);
+  // For profiles of the join alone (perf record -k CLOCK_MONOTONIC, perf report --time A,B).
+  std::cerr << "rdzv_bench: nodes=" << n << " joins from " << fixed(secondsOf(firstJoin), 6)
+            << " to " << fixed(secondsOf(lastAssigned), 6) << " s (CLOCK_MONOTONIC)\n";
   result.connectMs = msBetween(firstConnect, lastConnect);
   result.opsPerNode = static_cast<double>(joinOps) / n;
   result.connectOpsPerNode = static_cast<double>(connectOps) / n;
@@ -376,14 +601,6 @@ RunResult runOnce(const Options& options, int n, int rep) {
   keepers.reset();
   server.reset();
   return result;
-}
-
-std::string fixed(double v, int decimals) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(decimals);
-  out << v;
-  return out.str();
 }
 
 double median(std::vector<double> values) {
@@ -402,6 +619,13 @@ int runMain(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--connect", options.connect,
                  "Use this store (HOST:PORT, e.g. `dtrun store`) instead of an in-process one");
+  app.add_option("--connections", options.connections,
+                 "Store connections per node: 2 (RoundMember::connect) or 1 (the notification "
+                 "connection opened on first use, never in a join)")
+      ->check(CLI::Range(1, 2));
+  app.add_option("--server-pid", options.serverPid,
+                 "The store's process (with --connect): report its CPU time during the joins")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--stack-kib", options.stackKib, "Stack size of each node thread (KiB)")
       ->check(CLI::Range(64, 1 << 20));
   app.add_option("--timeout-s", options.timeoutS, "Bound on each phase of a run (s)")
@@ -415,7 +639,8 @@ int runMain(int argc, char** argv) {
   }
   dtrun::log::init("warn");
   const rlim_t limit = raiseFileLimit();
-  const int perNode = options.connect.empty() ? 4 : 2;  // client (+ server) ends of 2 connections
+  // The client (and, in process, the server) end of each connection.
+  const int perNode = options.connections * (options.connect.empty() ? 2 : 1);
   const int largest = *std::max_element(options.nodes.begin(), options.nodes.end());
   const auto needed = static_cast<rlim_t>(largest) * perNode + 64;
   std::cerr << "rdzv_bench: RLIMIT_NOFILE soft limit " << limit << " (hard limit, raised at start)"
@@ -423,8 +648,10 @@ int runMain(int argc, char** argv) {
   if (limit < needed) {
     std::cerr << "rdzv_bench: too few file descriptors: " << largest << " nodes x " << perNode
               << " (" << (options.connect.empty() ? "client and server ends of " : "")
-              << "2 connections per node) + 64 = " << needed << " > RLIMIT_NOFILE " << limit
-              << "; raise the hard limit (ulimit -Hn, limits.conf) or run fewer --nodes\n";
+              << options.connections << " connection(s) per node) + 64 = " << needed
+              << " > RLIMIT_NOFILE " << limit
+              << "; raise the hard limit (ulimit -Hn, limits.conf), run fewer --nodes, or use "
+                 "--connections 1 with --connect to a `dtrun store`\n";
     return 2;
   }
 
@@ -443,6 +670,9 @@ int runMain(int argc, char** argv) {
     for (int rep = 0; rep < options.repeats; ++rep) {
       const RunResult r = runOnce(options, n, rep);
       std::cout << "rdzv_bench nodes=" << n << " rep=" << rep << " close_ms=" << fixed(r.closeMs, 3)
+                << " start_spread_ms=" << fixed(r.startSpreadMs, 1)
+                << " nodes_cpu_ms=" << fixed(r.nodesCpuMs, 0)
+                << " server_cpu_ms=" << fixed(r.serverCpuMs, 0)
                 << " connect_ms=" << fixed(r.connectMs, 1)
                 << " ops_per_node=" << fixed(r.opsPerNode, 2) << " max_ops=" << r.maxOps
                 << " connect_ops_per_node=" << fixed(r.connectOpsPerNode, 2)

@@ -20,11 +20,16 @@
 #   DTRUN_NODES="8 64 512"  REPEATS=3   sizes for rdzv_bench and runs per size (medians)
 #   BIG_NODES=4096          BIG_REPEATS=3 runs each (median), each bounded by BIG_TIMEOUT=60 s
 #                           ("" skips)
+#   HUGE_NODES=16384        HUGE_REPEATS=3: sizes run against a `dtrun store` process (which
+#                           hosts the keepers) with one connection per node (rdzv_bench
+#                           --connections 1): 16,384 nodes x 2 connections do not fit a hard
+#                           RLIMIT_NOFILE of 20,000 in one process ("" skips)
 #   TORCH_NODES="8 64"      sizes for torch's c10d rendezvous, each bounded by TORCH_TIMEOUT=40 s;
 #                           larger sizes stop at the first that does not finish (256 threads did
 #                           not finish within 100 s on 2 cores, so 512 is not tried by default)
 #   AGENT_REPEATS=5         8-agent runs (median)     PYTHON=/usr/bin/python3 (must have torch)
 #   KEEP=1                  keep the work directory
+#   PLOT=bench/rendezvous/rendezvous.png   where the plot goes ("" = none; needs gnuplot)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,6 +39,9 @@ repeats=${REPEATS:-3}
 big_nodes=${BIG_NODES-4096}
 big_timeout=${BIG_TIMEOUT:-60}
 big_repeats=${BIG_REPEATS:-3}
+huge_nodes=${HUGE_NODES-16384}
+huge_repeats=${HUGE_REPEATS:-3}
+plot=${PLOT-$repo/bench/rendezvous/rendezvous.png}
 torch_nodes=${TORCH_NODES:-8 64}
 torch_timeout=${TORCH_TIMEOUT:-40}
 agent_repeats=${AGENT_REPEATS:-5}
@@ -79,13 +87,14 @@ field() {  # field NAME LINE: the value of NAME=... in a key=value line
 }
 
 # --- 1. dtrun's round protocol, simulated nodes --------------------------------------------------
-run_rdzv_bench() {  # run_rdzv_bench TIMEOUT_S REPEATS NODES...
+run_rdzv_bench() {  # [EXTRA="rdzv_bench options"] run_rdzv_bench TIMEOUT_S REPEATS NODES...
   local timeout_s=$1 reps=$2 n rc=0 line
   shift 2
   local nodes
   nodes=$(tr ' ' ',' <<<"$*")
+  # shellcheck disable=SC2086  # EXTRA is a word list
   timeout $((timeout_s * 3 + 60)) "$bench" --nodes "$nodes" --repeats "$reps" \
-    --timeout-s "$timeout_s" >"$work/rdzv.out" 2>"$work/rdzv.err" || rc=$?
+    --timeout-s "$timeout_s" ${EXTRA:-} >"$work/rdzv.out" 2>"$work/rdzv.err" || rc=$?
   cat "$work/rdzv.out" >>"$work/rdzv.all"
   for n in "$@"; do
     line=$(grep "^rdzv_bench nodes=$n " "$work/rdzv.out" || true)
@@ -97,7 +106,8 @@ run_rdzv_bench() {  # run_rdzv_bench TIMEOUT_S REPEATS NODES...
       continue
     fi
     while read -r line; do
-      echo "dtrun $n $(field close_ms "$line") $(field ops_per_node "$line")" >>"$results"
+      echo "dtrun $n $(field close_ms "$line") $(field ops_per_node "$line")" \
+        "$(field nodes_cpu_ms "$line") $(field server_cpu_ms "$line")" >>"$results"
     done < <(grep "^rdzv_bench nodes=$n " "$work/rdzv.out")
   done
 }
@@ -108,6 +118,32 @@ echo "  dtrun {$dtrun_nodes} done ($(($(date +%s) - started)) s)" >&2
 for n in $big_nodes; do
   run_rdzv_bench "$big_timeout" "$big_repeats" "$n"
   echo "  dtrun $n done ($(($(date +%s) - started)) s)" >&2
+done
+for n in $huge_nodes; do
+  # The store (and its keepers) in a process of its own: each process then holds one end of
+  # one connection per node. --max-connections: the nodes plus the keepers' and the bench's own.
+  rm -f "$work/store.port"
+  timeout $((big_timeout * 3 + 120)) "$dtrun" store --host 127.0.0.1 --port 0 \
+    --port-file "$work/store.port" --max-connections $((n + 256)) --log-level warn \
+    >"$work/store.log" 2>&1 &
+  store_pid=$!
+  pids+=("$store_pid")
+  for _ in $(seq 200); do
+    [[ ! -s $work/store.port ]] || break
+    kill -0 "$store_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [[ ! -s $work/store.port ]]; then
+    echo "run.sh: dtrun store did not start (pid $store_pid):" >&2
+    tail -n 3 "$work/store.log" >&2 || true
+    echo "dtrun $n -" >>"$results"
+    continue
+  fi
+  server_pid=$(cat "/proc/$store_pid/task/$store_pid/children")  # `timeout`'s child
+  EXTRA="--connect 127.0.0.1:$(cat "$work/store.port") --connections 1 --server-pid ${server_pid%% *}" \
+    run_rdzv_bench "$big_timeout" "$huge_repeats" "$n"
+  stop_pid "$store_pid" 2
+  echo "  dtrun $n (dtrun store, 1 connection per node) done ($(($(date +%s) - started)) s)" >&2
 done
 
 # --- 2. torch 1.13's c10d rendezvous, simulated nodes --------------------------------------------
@@ -205,18 +241,38 @@ cell() {  # cell IMPL N: median close time, or what happened instead
 
 echo
 echo "close time: first join -> every node has its assignment, ms (dtrun: median of $repeats run(s)" \
-  "for {$dtrun_nodes}, $big_repeats for {$big_nodes}; torch: 1 run)"
+  "for {$dtrun_nodes}, $big_repeats for {$big_nodes}, $huge_repeats for {$huge_nodes}; torch: 1 run)"
 printf '%8s | %16s | %12s | %18s | %10s\n' nodes "dtrun close (ms)" "ops/node" \
   "torch c10d (ms)" "ratio"
 printf '%s\n' "---------+------------------+--------------+--------------------+-----------"
+: >"$work/plot_dtrun.dat"
+: >"$work/plot_torch.dat"
 # shellcheck disable=SC2086
-for n in $(printf '%s\n' $dtrun_nodes $big_nodes $torch_nodes | sort -n -u); do
+for n in $(printf '%s\n' $dtrun_nodes $big_nodes $huge_nodes $torch_nodes | sort -n -u); do
   d=$(cell dtrun "$n")
   t=$(cell torch "$n")
   ops=$(awk -v n="$n" '$1 == "dtrun" && $2 == n && $4 != "" {print $4}' "$results" | head -n1)
   ratio=$(awk -v a="$d" -v b="$t" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.0fx", b / a; else print "-"}')
   printf '%8s | %16s | %12s | %18s | %10s\n' "$n" "$d" "${ops:--}" "$t" "$ratio"
+  awk -v n="$n" -v v="$d" 'BEGIN {if (v + 0 > 0) print n, v}' >>"$work/plot_dtrun.dat"
+  awk -v n="$n" -v v="$t" 'BEGIN {if (v + 0 > 0) print n, v}' >>"$work/plot_torch.dat"
 done
+for n in $huge_nodes; do
+  d=$(cell dtrun "$n")
+  cpu=$(awk -v n="$n" '$1 == "dtrun" && $2 == n && $6 != "" && $6 >= 0 {
+      printf "%s%s/%s", (k++ ? ", " : ""), $6, $5 } ' "$results")
+  echo
+  echo "$n nodes (dtrun store process, 1 connection per node): close $d ms, target < 2000 ms:" \
+    "$(awk -v v="$d" 'BEGIN {print (v + 0 > 0 && v + 0 < 2000 ? "met" : "MISSED")}')"
+  echo "  CPU-ms of each round, store/nodes (the simulated nodes' process): ${cpu:--}"
+done
+if [[ -n $plot ]]; then
+  if command -v gnuplot >/dev/null; then
+    gnuplot -e "dir='$work'; out='$plot'" "$repo/bench/rendezvous/plot.gp" && echo "plot: $plot"
+  else
+    echo "run.sh: gnuplot not installed (apt-get install gnuplot-nox, or scripts/setup.sh): no plot" >&2
+  fi
+fi
 if [[ ${#agent_ms[@]} -gt 0 ]]; then
   agent_median=$(printf '%s\n' "${agent_ms[@]}" | median)
 else

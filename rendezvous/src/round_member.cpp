@@ -260,6 +260,14 @@ Result<std::unique_ptr<RoundMember>> RoundMember::connect(const ClientOptions& s
                                                           NodeRecord self) {
   DTRUN_ASSIGN_OR_RETURN(auto waiter, connectStore(store));
   DTRUN_ASSIGN_OR_RETURN(auto notifier, connectStore(store));
+  return create(std::move(waiter), std::move(notifier), jobId, settings, std::move(self));
+}
+
+Result<std::unique_ptr<RoundMember>> RoundMember::create(std::unique_ptr<Store> waiter,
+                                                         std::unique_ptr<Store> notifier,
+                                                         const std::string& jobId,
+                                                         const RoundSettings& settings,
+                                                         NodeRecord self) {
   auto member = std::make_unique<StoreRoundMember>(std::move(waiter), std::move(notifier), jobId,
                                                    settings, std::move(self));
   DTRUN_TRY(member->requestKeeper());

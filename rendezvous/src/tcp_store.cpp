@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -497,7 +498,9 @@ class TcpStore final : public Store {
       return Status::ok();
     }
     if (inBegin_ > 0) {
-      in_.erase(0, inBegin_);
+      // Only the unread bytes move (usually none): erase() would shift the whole 64 KiB buffer
+      // and the resize below would then zero what it cut, on every reply.
+      std::memmove(in_.data(), in_.data() + inBegin_, inEnd_ - inBegin_);
       inEnd_ -= inBegin_;
       inBegin_ = 0;
     }

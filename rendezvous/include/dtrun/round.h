@@ -104,6 +104,13 @@ class RoundMember {
                                                                     const std::string& jobId,
                                                                     const RoundSettings& settings,
                                                                     NodeRecord self);
+  // The same over two Store connections the caller opened: `waiter` for the waiting calls,
+  // `notifier` for the rest (each used by one thread at a time). Asks for a keeper as connect().
+  [[nodiscard]] static Result<std::unique_ptr<RoundMember>> create(std::unique_ptr<Store> waiter,
+                                                                   std::unique_ptr<Store> notifier,
+                                                                   const std::string& jobId,
+                                                                   const RoundSettings& settings,
+                                                                   NodeRecord self);
 
   // Joins the open round and returns this node's assignment, or closed=true once the job is
   // over. A node that finds the round full waits as a spare for a later round. `progress` gets
