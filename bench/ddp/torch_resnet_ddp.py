@@ -91,7 +91,11 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads per rank (0 = OMP_NUM_THREADS / torch's default)")
     a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
 
     dist.init_process_group(backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -1,15 +1,19 @@
 // DistributedDataParallel and DistributedSampler (see dtrun/ddp.h).
 //
-// Overlap: every trainable parameter gets a tensor hook (Tensor::register_hook). On a leaf the
-// hook runs in the autograd engine right before AccumulateGrad, with this backward's complete
-// gradient for that parameter, so it copies the gradient into its slot of a flat bucket. When a
-// bucket's last slot is filled, the bucket (and any later ones already complete) is queued for
-// the communication thread, which all-reduces it (ReduceOp::kAvg) on a group of its own while
-// backward goes on computing earlier layers. Buckets are queued strictly in index order, so every
-// rank issues the same sequence of collectives whatever order its hooks fire in.
-// synchronizeGradients() fills the slots of parameters that got no gradient, queues the rest,
-// waits, and copies the means back into the grads (the grads are not views of the buckets, so
-// optimizers and zero_grad() see ordinary tensors).
+// Gradients as bucket views: every parameter's grad is a view of its slot in a flat bucket
+// (torch's gradient_as_bucket_view), so backward accumulates straight into the buckets, the
+// all_reduce (ReduceOp::kAvg) averages them in place, and the optimizer reads the means there:
+// no copy into the buckets, no copy back. zero_grad() zeroes the views in place; a grad that
+// was reset to undefined (or replaced) is copied into its slot once and the view put back.
+//
+// Overlap: every trainable parameter's grad accumulator (the autograd node that writes .grad)
+// gets a post hook, which runs on the engine's thread once this backward's gradient is in the
+// slot. When a bucket's last slot is filled, the bucket (and any later ones already complete)
+// is queued for the communication thread, which all-reduces it on a group of its own while
+// backward goes on computing earlier layers. Buckets are queued strictly in index order, so
+// every rank issues the same sequence of collectives whatever order its hooks fire in.
+// synchronizeGradients() fills the slots of parameters that got no gradient, queues the rest
+// and waits.
 #include "dtrun/ddp.h"
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -24,8 +29,12 @@
 #include <thread>
 #include <utility>
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+
+#include <c10/util/strides.h>
 
 namespace dtrun::ddp {
 
@@ -106,18 +115,32 @@ class DistributedDataParallel::Impl {
     commGroup_ = group_->newGroup(all);
     buildBuckets();
     broadcastState();
+    if (group_->size() > 1) {
+      const torch::NoGradGuard noGrad;
+      for (std::size_t i = 0; i < slots_.size(); ++i) {
+        adoptGrad(i);
+      }
+    }
     if (options_.overlap && group_->size() > 1) {
       for (std::size_t i = 0; i < slots_.size(); ++i) {
-        hooks_.push_back(params_[i].register_hook(
-            [this, i](const torch::Tensor& grad) { onGradient(i, grad); }));
+        auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+        const auto key =
+            accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+                [this, i](const torch::autograd::variable_list& outputs,
+                          const torch::autograd::variable_list&) {
+                  onGradient(i);
+                  return outputs;
+                }));
+        // The variable holds its accumulator weakly: keep it (and so the hook) alive.
+        hooks_.emplace_back(std::move(accumulator), key);
       }
     }
     thread_ = std::thread([this] { commLoop(); });
   }
 
   ~Impl() {
-    for (std::size_t i = 0; i < hooks_.size(); ++i) {
-      params_[i].remove_hook(hooks_[i]);
+    for (auto& [accumulator, key] : hooks_) {
+      accumulator->del_post_hook(key);
     }
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -154,14 +177,13 @@ class DistributedDataParallel::Impl {
     if (group_->size() > 1) {
       // backward() has returned, so no hook runs now: every slot still empty belongs to a
       // parameter that got no gradient in this pass (or overlap is off).
+      const torch::NoGradGuard noGrad;
       for (std::size_t i = 0; i < slots_.size(); ++i) {
         if (!slots_[i].ready) {
-          const auto& grad = params_[i].grad();
-          if (grad.defined()) {
-            slots_[i].view.copy_(grad.reshape(-1));
-          } else {
+          if (!params_[i].grad().defined()) {
             slots_[i].view.zero_();
           }
+          adoptGrad(i);
           markReadyLocked(i);
         }
       }
@@ -181,19 +203,7 @@ class DistributedDataParallel::Impl {
     lock.unlock();
     exposedSeconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (group_->size() == 1) {
-      return;
-    }
-    const torch::NoGradGuard noGrad;
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      auto& param = params_[i];
-      auto mean = slots_[i].view.view(param.sizes());
-      if (param.grad().defined()) {
-        param.mutable_grad().copy_(mean);
-      } else {
-        param.mutable_grad() = mean.clone();
-      }
-    }
+    // Every grad is its slot's view now: it holds the mean.
   }
 
   [[nodiscard]] int rank() const { return group_->rank(); }
@@ -204,7 +214,7 @@ class DistributedDataParallel::Impl {
  private:
   struct Slot {
     std::size_t bucket = 0;
-    torch::Tensor view;  // this parameter's part of its bucket's flat tensor
+    torch::Tensor view;  // this parameter's part of its bucket's flat tensor (and its grad)
     bool ready = false;
   };
   struct Bucket {
@@ -249,20 +259,69 @@ class DistributedDataParallel::Impl {
     }
   }
 
+  // One broadcast per dtype, not one per buffer (as DDP's coalesced broadcast): ResNet-18 has
+  // 60 BatchNorm buffers, and every collective is a round trip that waits for the other ranks.
   void broadcastBuffers() {
     const torch::NoGradGuard noGrad;
+    std::vector<std::vector<torch::Tensor>> byType;
     for (const auto& b : buffers_) {
-      if (b.defined() && b.numel() > 0) {
-        group_->broadcast(bufferOf(b), 0);
+      if (!b.defined() || b.numel() == 0) {
+        continue;
+      }
+      auto group = std::find_if(byType.begin(), byType.end(), [&](const auto& g) {
+        return g.front().scalar_type() == b.scalar_type() && g.front().device() == b.device();
+      });
+      if (group == byType.end()) {
+        byType.emplace_back();
+        group = std::prev(byType.end());
+      }
+      group->push_back(b);
+    }
+    for (const auto& group : byType) {
+      std::vector<torch::Tensor> flat;
+      flat.reserve(group.size());
+      for (const auto& b : group) {
+        flat.push_back(b.reshape(-1));
+      }
+      auto packed = torch::cat(flat);
+      group_->broadcast(bufferOf(packed), 0);
+      if (group_->rank() != 0) {
+        std::int64_t offset = 0;
+        for (const auto& b : group) {
+          const auto n = b.numel();
+          b.copy_(packed.narrow(0, offset, n).view(b.sizes()));
+          offset += n;
+        }
       }
     }
   }
 
-  // Autograd hook: runs on the engine's thread, once per backward pass for a leaf parameter.
-  void onGradient(std::size_t i, const torch::Tensor& grad) {
+  // Makes parameter i's grad the view of its slot; a grad that is not that view (reset to
+  // undefined and recreated by backward, or replaced) is copied into the slot first.
+  void adoptGrad(std::size_t i) {
+    auto& param = params_[i];
+    const auto& grad = param.grad();
+    const auto& view = slots_[i].view;
+    if (grad.defined() && grad.data_ptr() == view.data_ptr()) {
+      return;
+    }
+    if (grad.defined()) {
+      view.copy_(grad.reshape(-1));
+    }
+    // The slot's memory, but not an autograd view of the bucket: Optimizer::zero_grad()
+    // calls detach_() on every grad, which a view refuses.
+    const auto& flat = buckets_[slots_[i].bucket].flat;
+    param.mutable_grad() = torch::empty({0}, flat.options())
+                               .set_(flat.storage(), view.storage_offset(), param.sizes(),
+                                     c10::contiguous_strides(param.sizes()));
+  }
+
+  // Post hook of parameter i's grad accumulator: runs on the engine's thread, once per backward
+  // pass, after this pass's gradient was added to .grad (in place: the slot, after zero_grad()).
+  void onGradient(std::size_t i) {
     {
       const torch::NoGradGuard noGrad;
-      slots_[i].view.copy_(grad.reshape(-1));
+      adoptGrad(i);
     }
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!slots_[i].ready) {
@@ -325,7 +384,8 @@ class DistributedDataParallel::Impl {
   std::unique_ptr<rt::ProcessGroup> commGroup_;  // thread_ only
   std::vector<Slot> slots_;                      // one per params_ entry
   std::vector<Bucket> buckets_;
-  std::vector<unsigned> hooks_;
+  // Each parameter's grad accumulator with the key of the post hook added to it.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> hooks_;
   double exposedSeconds_ = 0;
 
   std::mutex mutex_;  // guards everything below and slots_[].ready, buckets_[].pending

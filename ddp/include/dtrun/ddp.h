@@ -37,13 +37,15 @@ namespace dtrun::ddp {
 
 struct Options {
   // Gradients are packed, in reverse parameter order (roughly the order backward produces
-  // them), into flat buckets of about this size; each bucket is one all_reduce.
+  // them), into flat buckets of about this size; each bucket is one all_reduce. The default is
+  // PyTorch DDP's bucket_cap_mb.
   std::size_t bucketBytes = std::size_t{25} << 20;
   // Start a bucket's all_reduce from the autograd hooks as soon as its last gradient arrived,
   // on a communication thread, while backward still runs. false: everything after backward.
   bool overlap = true;
   // Broadcast rank 0's buffers (BatchNorm running statistics) in prepareForward(), as DDP's
-  // broadcast_buffers=True does before each forward.
+  // broadcast_buffers=True does before each forward: one broadcast per dtype, all buffers of
+  // that dtype packed together.
   bool broadcastBuffers = true;
 };
 
@@ -59,6 +61,11 @@ struct Options {
 // mean over ranks of the gradient this backward pass produced, which is what DDP gives after
 // zero_grad(); gradients accumulated over several backward passes without zero_grad() are not
 // supported. A parameter that received no gradient contributes zeros (find_unused_parameters).
+// With more than one rank the grads share memory with the buckets (torch's
+// gradient_as_bucket_view=True): backward accumulates into the buckets and the means land in
+// the grads, with no copy either way; the constructor gives every parameter such a grad (zeros,
+// or its current grad's values). Optimizer::zero_grad() keeps them; a grad reset to undefined
+// or replaced is copied in once and shares the bucket again after synchronizeGradients().
 class DistributedDataParallel {
  public:
   DistributedDataParallel(runtime::ProcessGroup& group, std::shared_ptr<torch::nn::Module> module,
