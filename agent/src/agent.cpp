@@ -14,6 +14,7 @@
 #include <array>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -39,10 +40,12 @@
 #include "failure_report.h"
 #include "hang_watch.h"
 #include "health_checks.h"
+#include "health_runner.h"
 #include "job_coordinator.h"
 #include "job_report.h"
 #include "job_setup.h"
 #include "log.h"
+#include "net_check.h"
 #include "root_cause_file.h"
 #include "run_dir.h"
 #include "signal_mask.h"
@@ -66,6 +69,8 @@ constexpr std::size_t kStderrTailLines = 20;
 // Every node of a hung job dumps its stacks at about the same time; stopping this node's workers
 // at once would break the connections of workers another node is still dumping.
 constexpr std::chrono::milliseconds kPeerDumpGrace{2000};
+// dtrun-netcheck bounds its exchange itself; this is its time to start and print on top.
+constexpr std::chrono::milliseconds kNetcheckGrace{3000};
 
 std::vector<std::string> environSnapshot() {
   std::vector<std::string> out;
@@ -201,20 +206,27 @@ class Agent {
   }
 
   // --health_checks: kOk when every check passed, else an error whose message is the console's
-  // line. Every result goes to the event log and the report.
+  // line. Blocks: only before the loop runs (prepare); between rounds, checkBeforeRound.
   Status checkHealth(std::chrono::milliseconds storeConnectWait) {
     if (!config_.healthChecks.any()) {
       return Status::ok();
     }
+    return judgeHealth(healthRunner_.runHere(healthPlan(storeConnectWait)));
+  }
+
+  [[nodiscard]] detail::HealthPlan healthPlan(std::chrono::milliseconds storeConnectWait) const {
     std::string logRoot = runDir_.string();
     if (logRoot.empty()) {
       const std::string tmp = envValue(inheritedEnv_, "TMPDIR");
       logRoot = !config_.logDir.empty() ? config_.logDir : tmp.empty() ? "/tmp" : tmp;
     }
     // This node's own store is asked on loopback, as its keepers ask it (job_setup.cpp).
-    const auto plan = detail::planHealthChecks(
-        config_, logRoot, store_ ? "127.0.0.1" : config_.masterAddr, storePort(), storeConnectWait);
-    const auto results = detail::runHealthChecks(plan, healthProbe_);
+    return detail::planHealthChecks(config_, logRoot, store_ ? "127.0.0.1" : config_.masterAddr,
+                                    storePort(), storeConnectWait);
+  }
+
+  // Every result to the event log and the report; the first failure's console line.
+  Status judgeHealth(const std::vector<detail::CheckResult>& results) {
     log_.healthChecked(results, restartCount_);
     for (const auto& r : results) {
       if (!r.passed()) {
@@ -225,14 +237,30 @@ class Agent {
     return Status::ok();
   }
 
-  // Before a later round (or a restart): a node that fails a check leaves the job, so a spare
-  // takes its place instead of the round failing on it, and exits 1 (no restart loop on a
-  // broken node).
-  bool healthyBeforeRound() {
-    const Status s = checkHealth(std::chrono::milliseconds(0));
-    if (s.isOk()) {
-      return true;
+  // Before a later round (or a restart), on the checks' own thread while the loop goes on: `next`
+  // runs once every check passed. A node that fails one leaves the job, so a spare takes its
+  // place instead of the round failing on it, and exits 1 (no restart loop on a broken node).
+  void checkBeforeRound(std::function<void()> next) {
+    if (!config_.healthChecks.any()) {
+      next();
+      return;
     }
+    healthRunner_.run(
+        healthPlan(std::chrono::milliseconds(0)),
+        [this, next = std::move(next)](const std::vector<detail::CheckResult>& results) {
+          if (finished_ || stopReason_ == StopReason::kSignal ||
+              stopReason_ == StopReason::kStoreLost) {
+            return;  // the job stopped meanwhile
+          }
+          if (const Status s = judgeHealth(results); !s.isOk()) {
+            leaveUnhealthy(s);
+            return;
+          }
+          next();
+        });
+  }
+
+  void leaveUnhealthy(const Status& s) {
     std::cerr << "dtrun: " << s.message()
               << (job_ ? "; this node leaves the job" : "; not restarting") << "\n";
     if (job_) {
@@ -240,7 +268,6 @@ class Agent {
     }
     stopReason_ = StopReason::kStartup;
     finish(1);
-    return false;
   }
 
   [[nodiscard]] std::uint16_t storePort() const {
@@ -305,9 +332,14 @@ class Agent {
                       config_.masterAddr, storePort(), config_.multiNode->minNodes,
                       config_.multiNode->maxNodes);
     group_.clear();
-    if (assignment_ && !healthyBeforeRound()) {  // the first join was checked in prepare()
+    if (!assignment_) {  // the first join was checked in prepare()
+      join();
       return;
     }
+    checkBeforeRound([this] { join(); });
+  }
+
+  void join() {
     joinSent_ = detail::Clock::now();
     job_->join([this](const rdzv::JoinOutcome& outcome) { onJoined(outcome); },
                [this](const Status& s) { onStoreLost(s); });
@@ -329,13 +361,124 @@ class Agent {
     log::agent().info("round {}: node {} of {}, ranks {}..{} of world size {}, attempt {}", a.round,
                       a.nodeRank, a.nodeCount, a.rankOffset,
                       a.rankOffset + config_.nprocPerNode - 1, a.worldSize, a.attempt);
-    startAttempt();
     job_->watchEnd([this](const rdzv::RoundEnd& end) { onRoundEnded(end); },
                    [this](const Status& s) { onStoreLost(s); });
+    if (config_.healthChecks.network && a.nodeCount > 1) {
+      checkNetwork();
+    } else {
+      startAttempt();
+    }
+  }
+
+  // --health_checks=network: dtrun-netcheck on this node, off the loop; the workers start once
+  // every node passed (onNetworkChecked).
+  void checkNetwork() {
+    const auto& a = *assignment_;
+    preAttempt_ = true;
+    detail::NetcheckPlace place;
+    place.nodeRank = a.nodeRank;
+    place.nodeCount = a.nodeCount;
+    place.masterAddr = config_.masterAddr;
+    place.masterPort = storePort();
+    place.storeToken = config_.storeToken;
+    place.storePrefix = "/dtrun/" + config_.runId + "/netcheck/round_" + std::to_string(a.round);
+    const auto bound = config_.healthChecks.timeout;
+    const auto& program = config_.healthChecks.netcheckProgram;
+    const auto began = std::chrono::steady_clock::now();
+    auto run = detail::NetcheckRun::start(
+        io_, program, {program, "--host", host_, "--timeout_ms", std::to_string(bound.count())},
+        detail::netcheckEnvironment(inheritedEnv_, place), bound + kNetcheckGrace,
+        [this, began](const std::string& output, bool killed) {
+          onNetworkChecked(output, killed, began);
+        });
+    if (!run.isOk()) {
+      detail::CheckResult r;
+      r.check = std::string(detail::kCheckNetwork);
+      r.outcome = detail::CheckResult::Outcome::kFailed;
+      r.detail = "cannot run " + program + ": " + run.status().message();
+      r.at = std::chrono::system_clock::now();
+      r.round = a.round;
+      leaveUnhealthy(judgeHealth({r}));
+      return;
+    }
+    netcheck_ = std::move(run).value();
+  }
+
+  void onNetworkChecked(const std::string& output, bool killed,
+                        std::chrono::steady_clock::time_point began) {
+    // Reaped now: an owned child left unreaped would stop the subreaper's orphan reaping.
+    netcheck_.reset();
+    if (finished_ || !preAttempt_ || stopReason_ != StopReason::kNone) {
+      return;
+    }
+    const auto& a = *assignment_;
+    detail::CheckResult r;
+    detail::NetVerdict verdict;
+    const auto measured = detail::parseNetcheckOutput(output);
+    if (measured.isOk()) {
+      verdict = detail::judgeNetwork(measured.value(), a.nodeRank, config_.healthChecks);
+      r = verdict.result;
+      r.network = detail::networkJson(measured.value(), verdict, config_.healthChecks);
+    } else {
+      r.check = std::string(detail::kCheckNetwork);
+      const bool late = killed || measured.status().code() == Errc::kTimeout;
+      r.outcome =
+          late ? detail::CheckResult::Outcome::kTimedOut : detail::CheckResult::Outcome::kFailed;
+      r.detail = killed ? "dtrun-netcheck did not finish within " +
+                              std::to_string(config_.healthChecks.timeout.count()) +
+                              " ms (--health_check_timeout)"
+                        : measured.status().message();
+    }
+    r.at = std::chrono::system_clock::now() -
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(
+               std::chrono::steady_clock::now() - began);
+    r.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - began);
+    r.round = a.round;
+    const Status s = judgeHealth({r});
+    if (r.outcome == detail::CheckResult::Outcome::kFailed) {
+      leaveUnhealthy(s);  // this node is below the floor, or its check could not run
+      return;
+    }
+    if (r.outcome == detail::CheckResult::Outcome::kTimedOut) {
+      // A peer that never showed up (its agent died, or its network is down): the round forms
+      // again without a dead node. A node whose check times out twice in a row is the one cut off.
+      if (++netcheckTimeouts_ >= 2) {
+        leaveUnhealthy(s);
+        return;
+      }
+      std::cerr << "dtrun: " << s.message() << "; the round forms again\n";
+      job_->endRound(rdzv::RoundEnd{rdzv::RoundEnd::Kind::kMembership,
+                                    "network check incomplete on " + host_ + ": " + r.detail, "",
+                                    1});
+      return;  // onRoundEnded rendezvouses again
+    }
+    netcheckTimeouts_ = 0;
+    if (!verdict.warning.empty()) {
+      log::agent().warn("health check network: {}", verdict.warning);
+    }
+    if (!verdict.named.empty()) {
+      log::agent().warn("health check network: {}; waiting for the round to form again", r.detail);
+      return;  // the named node leaves: onRoundEnded rendezvouses again
+    }
+    log::agent().info("health check network passed: {}", r.detail);
+    preAttempt_ = false;
+    startAttempt();
   }
 
   void onRoundEnded(const rdzv::RoundEnd& end) {
     roundEnd_ = end;
+    if (preAttempt_) {  // the round ended before its workers started (the network check)
+      preAttempt_ = false;
+      netcheck_.reset();
+      if (end.kind == rdzv::RoundEnd::Kind::kClosed) {
+        jobClosed(end);
+      } else {
+        log::agent().info("rendezvous again: {}", end.message);
+        rendezvous();
+      }
+      return;
+    }
     if (stopReason_ == StopReason::kNone && !group_.allExited()) {
       log::agent().warn("round {} ended: {}; stopping this node's workers", assignment_->round,
                         end.message);
@@ -669,11 +812,7 @@ class Agent {
             restartCount_, config_.maxRestarts,
             delay.count() > 0 ? ", in " + std::to_string(delay.count()) + " ms" : "",
             failures_.front().rank, failures_.front().status.describe());
-        after(delay, [this] {
-          if (healthyBeforeRound()) {
-            startAttempt();
-          }
-        });
+        after(delay, [this] { checkBeforeRound([this] { startAttempt(); }); });
         return;
       }
       case detail::NextStep::kFinish:
@@ -730,7 +869,11 @@ class Agent {
   std::unique_ptr<detail::ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node
   std::unique_ptr<detail::HangWatch> hangWatch_;
   std::shared_ptr<detail::HealthProbe> healthProbe_ = detail::systemHealthProbe();
-  detail::AttemptLog log_;  // what --report writes and the summary at exit shows
+  detail::HealthRunner healthRunner_{io_, healthProbe_};  // after io_: destroyed before it
+  std::unique_ptr<detail::NetcheckRun> netcheck_;         // --health_checks=network, this round
+  bool preAttempt_ = false;   // the round formed; its network check runs or names another node
+  int netcheckTimeouts_ = 0;  // network checks in a row that did not complete
+  detail::AttemptLog log_;    // what --report writes and the summary at exit shows
   UniqueFd signalFd_;
   std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;
   fs::path runDir_;

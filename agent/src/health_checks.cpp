@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -25,6 +26,7 @@
 
 #include "dtrun/rendezvous.h"
 
+#include "log.h"
 #include "run_report.h"
 #include "text.h"
 
@@ -189,6 +191,12 @@ class SystemProbe final : public HealthProbe {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
   }
+
+  Result<std::vector<GpuState>> gpuStates(const std::string& library,
+                                          const std::vector<int>& gpus) override {
+    DTRUN_ASSIGN_OR_RETURN(auto nvml, loadNvml(library));
+    return nvml->query(gpus);
+  }
 };
 
 // One check's work: its result's outcome and detail.
@@ -199,6 +207,107 @@ std::pair<Outcome, std::string> fromStatus(const Status& s, std::string passed) 
     return {Outcome::kPassed, std::move(passed)};
   }
   return {s.code() == Errc::kTimeout ? Outcome::kTimedOut : Outcome::kFailed, s.message()};
+}
+
+// Without NVML: the device nodes only, as a node without a driver (or a container without
+// NVML) allows.
+std::pair<Outcome, std::string> checkGpuDevices(HealthProbe& probe, const HealthPlan& plan,
+                                                const std::string& whyNoNvml) {
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    log::agent().info("gpus check: NVML absent: device existence only ({})", whyNoNvml);
+  });
+  std::string missing;
+  for (const int gpu : plan.gpus) {
+    const std::string node = "/dev/nvidia" + std::to_string(gpu);
+    if (!probe.deviceExists(node)) {
+      missing += (missing.empty() ? "" : ", ") + node;
+    }
+  }
+  if (!missing.empty()) {
+    return {Outcome::kFailed, "planned GPU(s) missing: " + missing};
+  }
+  return {Outcome::kPassed, std::to_string(plan.gpus.size()) +
+                                " planned GPU(s) present (NVML absent: device existence only)"};
+}
+
+std::string processText(const GpuProcess& p) {
+  std::string text = "pid " + std::to_string(p.pid);
+  if (!p.name.empty()) {
+    text += " (" + p.name + ")";
+  }
+  if (p.usedBytes != GpuProcess::kUnknownBytes) {
+    text += " holds " + sizeText(p.usedBytes);
+  }
+  return text;
+}
+
+// With NVML: every planned GPU is there, needs no reset, and holds no other process's memory.
+// The checks run before the round's workers start, so any process on a planned GPU belongs to
+// someone else, or is a previous attempt's whose memory the driver has not released yet: that is
+// waited for, up to --health_gpu_memory_wait.
+std::pair<Outcome, std::string> checkGpus(HealthProbe& probe, const HealthPlan& plan) {
+  const auto began = std::chrono::steady_clock::now();
+  const auto waitUntil = began + plan.checks.gpuMemoryWait;
+  std::string waitedFor;
+  for (;;) {
+    auto states = probe.gpuStates(plan.checks.nvmlLibrary, plan.gpus);
+    if (!states.isOk()) {
+      if (states.status().code() == Errc::kNotFound) {
+        return checkGpuDevices(probe, plan, states.status().message());
+      }
+      return {Outcome::kFailed, "NVML: " + states.status().message()};
+    }
+    std::string busy;
+    for (const GpuState& gpu : states.value()) {
+      const std::string name = "GPU " + std::to_string(gpu.index);
+      if (!gpu.present) {
+        return {Outcome::kFailed,
+                "planned " + name + " missing: NVML has no device " + std::to_string(gpu.index)};
+      }
+      if (!gpu.fault.empty()) {
+        return {Outcome::kFailed, name + ": " + gpu.fault};
+      }
+      for (const GpuProcess& p : gpu.processes) {
+        busy += (busy.empty() ? "" : "; ") + name + ": " + processText(p);
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto waited = std::chrono::duration_cast<milliseconds>(now - began);
+    if (busy.empty()) {
+      std::string detail = std::to_string(plan.gpus.size()) +
+                           " planned GPU(s) healthy and free of other processes (NVML)";
+      if (!waitedFor.empty()) {
+        detail += " after waiting " + secondsText(waited) + " for " + waitedFor;
+      }
+      return {Outcome::kPassed, detail};
+    }
+    if (now >= waitUntil) {
+      return {Outcome::kFailed, "another process's memory on a planned GPU: " + busy +
+                                    " (still there after " + secondsText(waited) +
+                                    ", --health_gpu_memory_wait)"};
+    }
+    if (waitedFor.empty()) {
+      log::agent().info("gpus check: waiting up to {} for {} to release its memory",
+                        secondsText(plan.checks.gpuMemoryWait), busy);
+    }
+    waitedFor = busy;
+    std::this_thread::sleep_for(std::min<milliseconds>(
+        plan.gpuPollInterval, std::chrono::duration_cast<milliseconds>(waitUntil - now)));
+  }
+}
+
+// The network check's round and figures, when it has them.
+void addNetworkFields(nlohmann::ordered_json& entry, const CheckResult& r) {
+  if (r.round >= 0 && !entry.contains("round")) {
+    entry["round"] = r.round;
+  }
+  if (!r.network.empty()) {
+    auto figures = nlohmann::ordered_json::parse(r.network, nullptr, false);
+    if (!figures.is_discarded()) {
+      entry["network"] = std::move(figures);
+    }
+  }
 }
 
 }  // namespace
@@ -310,19 +419,9 @@ std::vector<CheckResult> runHealthChecks(const HealthPlan& plan,
            });
   }
   if (plan.checks.gpus) {
-    launch(kCheckGpus, bound, [probe, gpus = plan.gpus] {
-      std::string missing;
-      for (const int gpu : gpus) {
-        const std::string node = "/dev/nvidia" + std::to_string(gpu);
-        if (!probe->deviceExists(node)) {
-          missing += (missing.empty() ? "" : ", ") + node;
-        }
-      }
-      if (!missing.empty()) {
-        return std::pair{Outcome::kFailed, "planned GPU(s) missing: " + missing};
-      }
-      return std::pair{Outcome::kPassed, std::to_string(gpus.size()) + " planned GPU(s) present"};
-    });
+    // Waiting for a previous attempt's memory is part of the check: its bound grows by that wait.
+    launch(kCheckGpus, bound + plan.checks.gpuMemoryWait,
+           [probe, plan] { return checkGpus(*probe, plan); });
   }
   std::vector<CheckResult> results;
   const auto began = std::chrono::steady_clock::now();
@@ -363,14 +462,16 @@ std::string withHealthChecks(const std::string& reportJson,
   auto& list = doc["health_checks"] = nlohmann::ordered_json::array();
   for (const auto& record : records) {
     const CheckResult& r = record.result;
-    list.push_back({
+    nlohmann::ordered_json entry = {
         {"time", isoTime(r.at)},
         {"attempt", record.attempt},
         {"check", r.check},
         {"outcome", outcomeName(r.outcome)},
         {"detail", r.detail},
         {"duration_s", std::round(static_cast<double>(r.took.count())) / 1000.0},
-    });
+    };
+    addNetworkFields(entry, r);
+    list.push_back(std::move(entry));
   }
   return doc.dump(2) + "\n";
 }
@@ -388,6 +489,7 @@ std::string checkEventFields(const CheckResult& result, int attempt, int round) 
   if (round >= 0) {
     fields["round"] = round;
   }
+  addNetworkFields(fields, result);
   const std::string text = fields.dump();
   return text.substr(1, text.size() - 2);  // the members, without the braces
 }

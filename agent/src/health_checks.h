@@ -15,6 +15,8 @@
 #include "dtrun/agent.h"
 #include "dtrun/common.h"
 
+#include "gpu_nvml.h"
+
 namespace dtrun::agent::detail {
 
 // The local checks' names, in the order they run and report.
@@ -47,6 +49,9 @@ class HealthProbe {
                            std::chrono::milliseconds answerWait) = 0;
   // The device node exists (/dev/nvidia<N>).
   virtual bool deviceExists(const std::string& path) = 0;
+  // NVML's state of `gpus` through `library`: kNotFound when NVML is absent (no driver).
+  virtual Result<std::vector<GpuState>> gpuStates(const std::string& library,
+                                                  const std::vector<int>& gpus) = 0;
 };
 
 // The real system calls.
@@ -62,6 +67,8 @@ struct HealthPlan {
   std::string storeToken;
   std::chrono::milliseconds storeConnectWait{0};  // beyond the check's own bound
   std::vector<int> gpus;                          // the planned GPUs' indices, sorted, unique
+  // How often the gpus check asks NVML again while another process's memory is still there.
+  std::chrono::milliseconds gpuPollInterval{250};
 };
 
 // `logDir` is the directory the run directory goes under (the configured one, else $TMPDIR or
@@ -81,6 +88,8 @@ struct CheckResult {
   std::string detail;  // what was found: "12.3 GiB free in /tmp", or why it failed
   std::chrono::milliseconds took{0};
   std::chrono::system_clock::time_point at;  // when the checks began
+  int round = -1;                            // the network check's round (-1 = none)
+  std::string network;  // the network check's figures, a JSON object's text ("" = none)
   [[nodiscard]] bool passed() const { return outcome == Outcome::kPassed; }
 };
 

@@ -120,6 +120,23 @@ std::string findPythonHookDir() {
   return {};
 }
 
+// An installed dtrun's bin/dtrun-netcheck first, then the build tree's netcheck/ beside
+// launcher/ (as for the Python hook: an install never reaches back into a build tree).
+std::string findNetcheckProgram() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    return {};
+  }
+  for (const auto& path : {self.parent_path() / "dtrun-netcheck",
+                           self.parent_path().parent_path() / "netcheck" / "dtrun-netcheck"}) {
+    if (std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0) {
+      return path.string();
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> environSnapshot() {
@@ -238,6 +255,7 @@ HostFacts readHostFacts() {
     host.hostName = name.data();
   }
   host.pythonHookDir = findPythonHookDir();
+  host.netcheckProgram = findNetcheckProgram();
   host.whyNotRunnable = [](const std::string& file) -> std::string {
     struct stat info {};
     if (::stat(file.c_str(), &info) != 0) {

@@ -53,6 +53,9 @@ struct HostFacts {
   // Where dtrun's Python hook (python/sitecustomize.py) lives: <prefix>/share/dtrun/python
   // beside an installed dtrun, else the source tree's python/. "" when neither has it.
   std::string pythonHookDir;
+  // dtrun-netcheck (--health_checks=network): beside dtrun (installed: <prefix>/bin), else in
+  // this build tree (<build>/netcheck). "" when neither has it.
+  std::string netcheckProgram;
   // A whole file's text (PBS_NODEFILE); nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& path)> readFile =
       [](const std::string&) { return std::optional<std::string>(); };

@@ -119,12 +119,22 @@ constexpr std::array kOptions = {
                "signals; docs/event_log.schema.json) to this file"},
     OptionSpec{"health_checks", "", Kind::kValue, false,
                "Checks before each round (each attempt on one node): comma list of local (= "
-               "log_dir,entrypoint,store,gpus), log_dir, entrypoint, store, gpus, or none "
+               "log_dir,entrypoint,store,gpus), log_dir, entrypoint, store, gpus, network (opt-in: "
+               "every pair of the round's nodes measured before the workers start), or none "
                "(default local); a node that fails one leaves the job"},
     OptionSpec{"health_check_timeout", "", Kind::kValue, false,
                "Seconds each health check may take before it counts as failed (default 5)"},
     OptionSpec{"health_min_free_mb", "", Kind::kValue, false,
                "Free space the log directory's file system needs, in MiB (default 100)"},
+    OptionSpec{"health_gpu_memory_wait", "", Kind::kValue, false,
+               "Seconds the gpus check (with NVML) waits for another process's memory on a "
+               "planned GPU to be released before the node counts as busy (default 30)"},
+    OptionSpec{"health_net_min_gbps", "", Kind::kValue, false,
+               "The network check's bandwidth floor per pair, Gbit/s each way (default 1; 0 = "
+               "not checked)"},
+    OptionSpec{"health_net_max_rtt_us", "", Kind::kValue, false,
+               "The network check's round-trip ceiling per pair, microseconds (default 10000; 0 = "
+               "not checked)"},
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},

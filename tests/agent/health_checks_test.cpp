@@ -1,5 +1,6 @@
 #include "health_checks.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,31 @@ class FakeProbe final : public HealthProbe {
     return store;
   }
   bool deviceExists(const std::string& path) override { return devices[path]; }
+  // NVML: absent unless the test gives states; each query takes the next answer (the last one
+  // repeats), so a test can release a GPU's memory after some queries.
+  std::vector<Result<std::vector<GpuState>>> nvml;
+  std::atomic<int> nvmlQueries{0};
+  Result<std::vector<GpuState>> gpuStates(const std::string& /*library*/,
+                                          const std::vector<int>& /*gpus*/) override {
+    const auto n = static_cast<std::size_t>(nvmlQueries++);
+    if (nvml.empty()) {
+      return Status::error(Errc::kNotFound, "cannot open libnvidia-ml.so.1");
+    }
+    return nvml[std::min(n, nvml.size() - 1)];
+  }
 };
+
+std::vector<GpuState> gpuStates(std::vector<GpuProcess> onGpu1 = {}, std::string fault1 = {}) {
+  GpuState a;
+  a.index = 0;
+  a.present = true;
+  GpuState b;
+  b.index = 1;
+  b.present = true;
+  b.fault = std::move(fault1);
+  b.processes = std::move(onGpu1);
+  return {a, b};
+}
 
 HealthPlan fullPlan() {
   HealthPlan plan;
@@ -88,7 +113,7 @@ TEST_CASE("health checks: every check passes on a healthy node, in a fixed order
     CHECK(r.passed());
   }
   CHECK(results[0].detail == "writable, 1.0 GiB free in /logs");
-  CHECK(results[3].detail == "2 planned GPU(s) present");
+  CHECK(results[3].detail == "2 planned GPU(s) present (NVML absent: device existence only)");
   CHECK(probe->seenStoreHost == "10.0.0.1");
 }
 
@@ -158,6 +183,71 @@ TEST_CASE("health checks: a planned GPU without its device node fails, naming it
   const auto& r = find(results, "gpus");
   CHECK(r.outcome == Outcome::kFailed);
   CHECK(r.detail == "planned GPU(s) missing: /dev/nvidia1");
+}
+
+TEST_CASE("health checks: with NVML, healthy free GPUs pass without their device nodes") {
+  auto probe = std::make_shared<FakeProbe>();
+  probe->nvml = {gpuStates()};
+  const auto results = runHealthChecks(fullPlan(), probe);
+  const auto& r = find(results, "gpus");
+  CHECK(r.passed());
+  CHECK(r.detail == "2 planned GPU(s) healthy and free of other processes (NVML)");
+}
+
+TEST_CASE("health checks: with NVML, a GPU it does not have or one needing a reset fails") {
+  auto probe = std::make_shared<FakeProbe>();
+  auto states = gpuStates();
+  states[1].present = false;
+  probe->nvml = {states};
+  auto r = find(runHealthChecks(fullPlan(), probe), "gpus");  // a copy
+  CHECK(r.outcome == Outcome::kFailed);
+  CHECK(r.detail == "planned GPU 1 missing: NVML has no device 1");
+  probe->nvml = {gpuStates({}, "row remapping pending: the GPU needs a reset")};
+  r = find(runHealthChecks(fullPlan(), probe), "gpus");
+  CHECK(r.outcome == Outcome::kFailed);
+  CHECK(r.detail == "GPU 1: row remapping pending: the GPU needs a reset");
+  probe->nvml = {Status::error(Errc::kSystem, "nvmlInit: Driver Not Loaded")};
+  r = find(runHealthChecks(fullPlan(), probe), "gpus");
+  CHECK(r.outcome == Outcome::kFailed);
+  CHECK(r.detail == "NVML: nvmlInit: Driver Not Loaded");
+}
+
+TEST_CASE("health checks: another process's GPU memory is waited for, up to its bound") {
+  auto probe = std::make_shared<FakeProbe>();
+  const GpuProcess foreign{4242, std::uint64_t{3} << 30, "python"};
+  auto plan = fullPlan();
+  plan.gpuPollInterval = milliseconds(20);
+  plan.checks.gpuMemoryWait = milliseconds(300);
+  SECTION("released within the wait: passes, saying what it waited for") {
+    probe->nvml = {gpuStates({foreign}), gpuStates({foreign}), gpuStates()};
+    const auto results = runHealthChecks(plan, probe);
+    const auto& r = find(results, "gpus");
+    CHECK(r.passed());
+    CHECK_THAT(r.detail, Catch::Matches("2 planned GPU\\(s\\) healthy and free of other processes "
+                                        "\\(NVML\\) after waiting .* s for GPU 1: pid 4242 "
+                                        "\\(python\\) holds 3.0 GiB"));
+    CHECK(probe->nvmlQueries == 3);
+  }
+  SECTION("still there at the end of the wait: fails, naming the GPU and the process") {
+    probe->nvml = {gpuStates({foreign})};
+    const auto began = std::chrono::steady_clock::now();
+    const auto results = runHealthChecks(plan, probe);
+    const auto took = std::chrono::steady_clock::now() - began;
+    const auto& r = find(results, "gpus");
+    CHECK(r.outcome == Outcome::kFailed);
+    CHECK_THAT(r.detail, Catch::StartsWith("another process's memory on a planned GPU: GPU 1: "
+                                           "pid 4242 (python) holds 3.0 GiB (still there after"));
+    CHECK_THAT(r.detail, Catch::EndsWith(", --health_gpu_memory_wait)"));
+    CHECK(took >= milliseconds(300));
+    CHECK(took < milliseconds(2000));
+  }
+}
+
+TEST_CASE("health checks: NVML from a library that is not there is absent, not an error") {
+  const auto nvml = loadNvml("/nonexistent/libnvidia-ml.so.1");
+  REQUIRE_FALSE(nvml.isOk());
+  CHECK(nvml.status().code() == Errc::kNotFound);
+  CHECK_THAT(nvml.status().message(), Catch::StartsWith("cannot open /nonexistent/"));
 }
 
 TEST_CASE("health checks: the plan follows the configuration") {

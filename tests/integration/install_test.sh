@@ -62,8 +62,9 @@ runs_from() {
 # 1. cmake --install into a prefix.
 cmake --install "$BUILD" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
   die "cmake --install exited $?: $(tail -n 5 "$work/install.log")"
-for f in bin/dtrun share/dtrun/python/sitecustomize.py share/dtrun/python/dtrun_torch_hook.py \
-  share/dtrun/python/dtrun_progress.py share/doc/dtrun/README.md; do
+for f in bin/dtrun bin/dtrun-netcheck share/dtrun/python/sitecustomize.py \
+  share/dtrun/python/dtrun_torch_hook.py share/dtrun/python/dtrun_progress.py \
+  share/doc/dtrun/README.md; do
   [[ -e $work/prefix/$f ]] || die "cmake --install: $f is missing"
 done
 runs_from "$work/prefix/bin/dtrun" "$work/prefix/share/dtrun/python"
@@ -84,7 +85,7 @@ for lib in libc6 libstdc++6 libspdlog libfmt libssl3; do
   [[ $depends == *"$lib"* ]] || die "Depends lacks $lib: '$depends'"
 done
 dpkg-deb -c "$deb" | awk '{print $6}' >"$work/files"
-for f in ./usr/bin/dtrun ./usr/share/dtrun/python/sitecustomize.py \
+for f in ./usr/bin/dtrun ./usr/bin/dtrun-netcheck ./usr/share/dtrun/python/sitecustomize.py \
   ./usr/share/dtrun/python/dtrun_torch_hook.py ./usr/share/dtrun/python/dtrun_progress.py; do
   grep -qx "$f" "$work/files" || die "the package lacks $f: $(cat "$work/files")"
 done

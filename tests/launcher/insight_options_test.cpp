@@ -144,6 +144,27 @@ TEST_CASE(
   CHECK(dtrun::agent::unknownLinePrefixVariable("cost: 5$ ${rank}").empty());
 }
 
+TEST_CASE("health checks: network is opt-in and needs dtrun-netcheck", "[unit][launcher]") {
+  launcher::HostFacts host = dtrun::testing::testHost();
+  host.netcheckProgram = "/opt/dtrun/bin/dtrun-netcheck";
+  const auto p =
+      dtrun::testing::plan({"--health_checks=local,network", "--health_net_min_gbps=5",
+                            "--health_net_max_rtt_us=0", "--health_gpu_memory_wait=0", "x.py"},
+                           host);
+  REQUIRE(p.isOk());
+  const auto& c = p.value().config.healthChecks;
+  CHECK((c.network && c.logDir && c.gpus));
+  CHECK(c.netcheckProgram == "/opt/dtrun/bin/dtrun-netcheck");
+  CHECK(c.netMinGbps == 5.0);
+  CHECK(c.netMaxRttUs == 0.0);
+  CHECK(c.gpuMemoryWait == 0ms);
+  const auto missing = plan({"--health_checks=network", "x.py"});
+  REQUIRE_FALSE(missing.isOk());
+  CHECK(missing.status().message() ==
+        "--health_checks=network: dtrun-netcheck (the network check's program) is not installed "
+        "beside this dtrun: reinstall dtrun, or drop 'network'");
+}
+
 TEST_CASE("health checks: local by default, none, a list, and bad values", "[unit][launcher]") {
   auto c = planOk({"x.py"}).config.healthChecks;
   CHECK((c.logDir && c.entrypoint && c.store && c.gpus));
@@ -157,9 +178,12 @@ TEST_CASE("health checks: local by default, none, a list, and bad values", "[uni
   CHECK((c.logDir && c.store && !c.entrypoint && !c.gpus));
   CHECK(c.timeout == 500ms);
   CHECK(c.minFreeBytes == std::uint64_t{1} << 20);
+  CHECK(c.gpuMemoryWait == 30000ms);
+  CHECK_FALSE(c.network);
   for (const std::string bad :
        {"--health_checks=local,bogus", "--health_checks=network", "--health_checks=none,local",
-        "--health_check_timeout=0", "--health_min_free_mb=-1"}) {
+        "--health_check_timeout=0", "--health_min_free_mb=-1", "--health_gpu_memory_wait=x",
+        "--health_net_min_gbps=-1", "--health_net_max_rtt_us=fast"}) {
     const auto p = plan({bad, "x.py"});
     REQUIRE_FALSE(p.isOk());
     CHECK(p.status().message().find(bad.substr(0, bad.find('='))) != std::string::npos);

@@ -82,9 +82,20 @@ struct HealthChecks {
   bool logDir = true;      // the log directory is writable and has minFreeBytes free
   bool entrypoint = true;  // AgentConfig::executable is still there and executable
   bool store = true;       // the store answers within `timeout`
-  bool gpus = true;        // the planned GPUs' device nodes exist (when GPUs are placed)
+  // The planned GPUs exist (when GPUs are placed); with NVML (dlopen'ed: `nvmlLibrary`), they
+  // also need no reset and hold no other process's memory, waited for up to `gpuMemoryWait`.
+  bool gpus = true;
   std::uint64_t minFreeBytes = std::uint64_t{100} << 20;  // --health_min_free_mb
   std::chrono::milliseconds timeout{5000};                // --health_check_timeout, per check
+  std::string nvmlLibrary = "libnvidia-ml.so.1";          // DTRUN_NVML_LIBRARY overrides it
+  std::chrono::milliseconds gpuMemoryWait{30000};         // --health_gpu_memory_wait
+  // Opt-in (--health_checks=network): after a round formed, its nodes measure every pair with
+  // `netcheckProgram` (dtrun-netcheck); a node every one of whose pairs is below a floor leaves.
+  bool network = false;
+  std::string netcheckProgram;  // found beside dtrun by the launcher
+  double netMinGbps = 1.0;      // --health_net_min_gbps (0 = not checked)
+  double netMaxRttUs = 10000;   // --health_net_max_rtt_us (0 = not checked)
+  // The local checks (network runs later, once the round formed).
   [[nodiscard]] bool any() const { return logDir || entrypoint || store || gpus; }
 };
 
