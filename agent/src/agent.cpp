@@ -375,6 +375,7 @@ class Agent {
   void checkNetwork() {
     const auto& a = *assignment_;
     preAttempt_ = true;
+    roundEndDuringCheck_.reset();
     detail::NetcheckPlace place;
     place.nodeRank = a.nodeRank;
     place.nodeCount = a.nodeCount;
@@ -402,6 +403,17 @@ class Agent {
       return;
     }
     netcheck_ = std::move(run).value();
+  }
+
+  void roundEndedBeforeWorkers(const rdzv::RoundEnd& end) {
+    preAttempt_ = false;
+    netcheck_.reset();
+    if (end.kind == rdzv::RoundEnd::Kind::kClosed) {
+      jobClosed(end);
+      return;
+    }
+    log::agent().info("rendezvous again: {}", end.message);
+    rendezvous();
   }
 
   void onNetworkChecked(const std::string& output, bool killed,
@@ -440,6 +452,10 @@ class Agent {
       leaveUnhealthy(s);  // this node is below the floor, or its check could not run
       return;
     }
+    if (const auto end = std::exchange(roundEndDuringCheck_, std::nullopt)) {
+      roundEndedBeforeWorkers(*end);  // e.g. the node this check named left first
+      return;
+    }
     if (r.outcome == detail::CheckResult::Outcome::kTimedOut) {
       // A peer that never showed up (its agent died, or its network is down): the round forms
       // again without a dead node. A node whose check times out twice in a row is the one cut off.
@@ -469,14 +485,11 @@ class Agent {
   void onRoundEnded(const rdzv::RoundEnd& end) {
     roundEnd_ = end;
     if (preAttempt_) {  // the round ended before its workers started (the network check)
-      preAttempt_ = false;
-      netcheck_.reset();
-      if (end.kind == rdzv::RoundEnd::Kind::kClosed) {
-        jobClosed(end);
-      } else {
-        log::agent().info("rendezvous again: {}", end.message);
-        rendezvous();
+      if (netcheck_) {  // its result first: the report keeps every round's figures
+        roundEndDuringCheck_ = end;
+        return;
       }
+      roundEndedBeforeWorkers(end);
       return;
     }
     if (stopReason_ == StopReason::kNone && !group_.allExited()) {
@@ -873,7 +886,8 @@ class Agent {
   std::unique_ptr<detail::NetcheckRun> netcheck_;         // --health_checks=network, this round
   bool preAttempt_ = false;   // the round formed; its network check runs or names another node
   int netcheckTimeouts_ = 0;  // network checks in a row that did not complete
-  detail::AttemptLog log_;    // what --report writes and the summary at exit shows
+  std::optional<rdzv::RoundEnd> roundEndDuringCheck_;  // handled once the check's result is in
+  detail::AttemptLog log_;  // what --report writes and the summary at exit shows
   UniqueFd signalFd_;
   std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;
   fs::path runDir_;

@@ -162,6 +162,7 @@ summary=$(network "$work/n0.json" "$work/n0.events" 2>&1) || { note_fail "$summa
 if [[ $summary != *"report passed round=0 pairs=3 named=node3"* ||
   $summary != *"report passed round=1 pairs=3 named=none"* ]]; then
   note_fail "node1's report: $summary"
+  grep -a "round\|network" "$work/n0.out" | tail -n 20 | sed 's/^/    | /' >&2
   ok=1
 fi
 mine=$(network "$work/n2.json" "$work/n2.events" 2>&1) || { note_fail "$mine"; ok=1; }
