@@ -71,6 +71,9 @@ constexpr std::size_t kStderrTailLines = 20;
 constexpr std::chrono::milliseconds kPeerDumpGrace{2000};
 // dtrun-netcheck bounds its exchange itself; this is its time to start and print on top.
 constexpr std::chrono::milliseconds kNetcheckGrace{3000};
+// How long a round's end waits for this node's network check to print (the figures are all
+// gathered when the node they named leaves; a check waiting for an absent peer is cut off).
+constexpr std::chrono::milliseconds kNetcheckAfterRoundEnd{1000};
 
 std::vector<std::string> environSnapshot() {
   std::vector<std::string> out;
@@ -408,6 +411,7 @@ class Agent {
   void roundEndedBeforeWorkers(const rdzv::RoundEnd& end) {
     preAttempt_ = false;
     netcheck_.reset();
+    netcheckGrace_.cancel();
     if (end.kind == rdzv::RoundEnd::Kind::kClosed) {
       jobClosed(end);
       return;
@@ -487,6 +491,16 @@ class Agent {
     if (preAttempt_) {  // the round ended before its workers started (the network check)
       if (netcheck_) {  // its result first: the report keeps every round's figures
         roundEndDuringCheck_ = end;
+        // It is about to print when the end is the node it named leaving; a check still waiting
+        // for a peer that will not come is not waited out.
+        netcheckGrace_.expires_after(kNetcheckAfterRoundEnd);
+        netcheckGrace_.async_wait([this](const boost::system::error_code& ec) {
+          if (!ec && !finished_ && netcheck_) {
+            if (const auto pending = std::exchange(roundEndDuringCheck_, std::nullopt)) {
+              roundEndedBeforeWorkers(*pending);
+            }
+          }
+        });
         return;
       }
       roundEndedBeforeWorkers(end);
@@ -887,7 +901,8 @@ class Agent {
   bool preAttempt_ = false;   // the round formed; its network check runs or names another node
   int netcheckTimeouts_ = 0;  // network checks in a row that did not complete
   std::optional<rdzv::RoundEnd> roundEndDuringCheck_;  // handled once the check's result is in
-  detail::AttemptLog log_;  // what --report writes and the summary at exit shows
+  asio::steady_timer netcheckGrace_{io_};  // ... or kNetcheckAfterRoundEnd after the round's end
+  detail::AttemptLog log_;                 // what --report writes and the summary at exit shows
   UniqueFd signalFd_;
   std::unique_ptr<asio::posix::stream_descriptor> signalWatch_;
   fs::path runDir_;
