@@ -7,7 +7,8 @@
 # b never joins, the third agent takes its place; b's console, --report and --event_log name the
 # GPU and the process. (2) one node: the memory is released (the fake's file removed) while the
 # check waits: the job runs and the report says what was waited for. (3) a GPU with a row
-# remapping pending fails at once. (4) NVML absent: device existence only, said once.
+# remapping pending fails at once. (4) NVML absent: device existence only, said once. (5) a
+# SIGTERM while the check before a restart waits ends dtrun at once (the check is off the loop).
 #   bash tests/integration/gpu_health_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
@@ -160,6 +161,37 @@ elif [[ $rc -eq 1 && $summary == "report failed planned GPU(s) missing: /dev/nvi
 else
   note_fail "NVML absent: exit $rc, '$summary'"
 fi
+
+# (5) The checks between attempts run off the agent's loop: attempt 0's worker leaves a process
+# on GPU 1 and fails, the check before the restart waits (up to 60 s) for its memory, and a
+# SIGTERM meanwhile ends dtrun at once, with the signal's exit code.
+cat >"$work/leaves_busy.sh" <<EOF
+#!/bin/sh
+echo "ATTEMPT \$TORCHELASTIC_RESTART_COUNT"
+[ "\$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "\$LOCAL_RANK" = 1 ] && { touch "$work/busy2"; exit 3; }
+exit 0
+EOF
+chmod +x "$work/leaves_busy.sh"
+rm -f "$work/busy2"
+FAKE_NVML_BUSY="1:$foreign:$work/busy2" "$DTRUN" --nproc_per_node=2 --gpus_per_worker=1 \
+  --max_restarts=1 --health_gpu_memory_wait=60 --log_dir="$work/logs/sig" --no_python \
+  "$work/leaves_busy.sh" >"$work/sig.out" 2>&1 &
+sig_pid=$!
+pids+=("$sig_pid")
+if wait_for "$work/sig.out" "gpus check: waiting up to 60 s"; then
+  sleep 0.5  # well inside the wait
+  sent=$(date +%s.%N)
+  kill -TERM "$sig_pid"
+  wait_agent "$sig_pid" $((SECONDS + 20))
+  took=$(echo "$(date +%s.%N) - $sent" | bc)
+  if [[ $rc -eq 143 ]] && (($(echo "$took < 5" | bc))); then
+    pass "SIGTERM during the check before a restart: exit $rc after ${took}s (the check's wait was 60 s)"
+  else
+    note_fail "SIGTERM during the check before a restart: exit $rc after ${took}s"
+    tail -n 10 "$work/sig.out" | sed 's/^/    | /' >&2
+  fi
+fi
+rm -f "$work/busy2"
 
 rc=0
 "$DTRUN" --health_gpu_memory_wait=-1 --no_python /bin/true >"$work/bad.out" 2>&1 || rc=$?

@@ -7,7 +7,9 @@
 # node3's link rate-limited both ways with tc (tbf 40 Mbit/s: this kernel may lack netem, and a
 # rate limit is what a bad cable or a port trained down looks like); nnodes=3 with node1, node2,
 # node3: node3 is below --health_net_min_gbps with both peers, so it alone is named and leaves,
-# its peers wait, node4 (started once node3 left) takes its place, and the job succeeds. Safety:
+# its peers wait, node4 (a spare since round 0 formed) takes its place, and the job succeeds.
+# (3) the same link in a 2-node job: a slow pair cannot say which side is slow, so no node is
+# named, both agents warn with the figures and the job runs. Safety:
 # lib/netns_hosts.sh puts a blackhole route for the test subnet in the root namespace first, runs
 # every agent inside a namespace, and removes everything on exit.
 #   bash tests/integration/network_check_test.sh /abs/path/to/build/launcher/dtrun
@@ -168,5 +170,23 @@ fi
 mine=$(network "$work/n2.json" "$work/n2.events" 2>&1) || { note_fail "$mine"; ok=1; }
 [[ $mine == *"events network:failed"* ]] || { note_fail "node3's event log: $mine"; ok=1; }
 [[ $ok -eq 0 ]] && pass "slow node3 named and replaced: '$line'; node1's report: $(tr '\n' ';' <<<"$summary")"
+
+# (3) Two nodes, node3 slow: one slow pair cannot say which side is slow, so no node is named;
+# both warn with the figures and the job runs.
+common=(--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint="$(addr_of 0):29401" --rdzv_id=pair
+  --rdzv_conf="$FAST" --nproc_per_node=1 --no_python --health_checks=local,network
+  --health_check_timeout=20 --health_net_min_gbps=0.2)
+start 0 "${common[@]}" --report="$work/p0.json" --event_log="$work/p0.events" "$WORKER" env
+wait_for "$work/n0.out" "rendezvous of job 'pair'" || true
+start 2 "${common[@]}" "$WORKER" env
+ok=0
+expect_rc n0 0 || ok=1
+expect_rc n2 0 || ok=1
+warned=$(grep -ho "health check network: a slow pair (2 nodes: it cannot say which node is slow, so none is named): [^;]*" "$work/n0.out" "$work/n2.out" | wc -l)
+[[ $warned -eq 2 ]] || { note_fail "2 nodes: $warned of 2 agents warned of the slow pair"; ok=1; }
+summary=$(network "$work/p0.json" "$work/p0.events" 2>&1) || { note_fail "$summary"; ok=1; }
+[[ $summary == "report passed round=0 pairs=1 named=none"*"slow=True"* ]] ||
+  { note_fail "2 nodes: node1's report: $summary"; ok=1; }
+[[ $ok -eq 0 ]] && pass "2 nodes, node3 slow: no node named, both warned, the job ran; $(tr '\n' ';' <<<"$summary")"
 
 end_test
