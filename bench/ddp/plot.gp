@@ -11,7 +11,7 @@ title_of(i) = system(sprintf("echo '%s' | cut -d';' -f%d | tr '_' ' '", titles, 
 count = int(system(sprintf("echo '%s' | tr -cd ';' | wc -c", titles)))
 set terminal pngcairo size 900,560
 set output out
-set title "ResNet-18 (CIFAR) DDP training on CPU, loopback, 2 cores: ".subtitle
+set title "ResNet-18 (CIFAR) DDP training on CPU, one host, 2 cores\n".subtitle
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
@@ -19,7 +19,7 @@ set boxwidth 0.9
 set datafile missing "-"
 set ylabel "images/s, all ranks (higher is better)"
 set xlabel "ranks"
-set key top left
+set key outside bottom center horizontal
 set grid ytics
 set yrange [0:*]
 plot for [i=1:count] data using (column(i + 1)):xtic(1) title title_of(i)

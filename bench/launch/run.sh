@@ -28,6 +28,7 @@
 #                    under $TMPDIR); e.g. LOGS=/dev/shm takes the file system out of the figures
 #   KEEP=1           keep the work directory (stamps, launcher logs) and print its path
 #   RAW=FILE         also append every measurement ("launcher scenario N metric value") to FILE
+#   PLOT=bench/launch/launch.png   the plot (dtrun and torchrun per metric and N; "" = none)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,6 +37,7 @@ timer=${2:-$repo/build/bench/launch/launch_timer}
 worker=${3:-$repo/build/bench/launch/stamp_worker}
 repeats=${REPEATS:-5}
 nprocs=${NPROCS:-1 4 16}
+plot=${PLOT-$repo/bench/launch/launch.png}
 scenarios=${SCENARIOS:-true stamp fail_early fail_late rss}
 python=${PYTHON:-/usr/bin/python3}
 timeout_s=${TIMEOUT:-60}
@@ -230,20 +232,25 @@ row() {
     fi
     printf '%-40s %5s | %10s | %10s | %11s | %-8s %s\n' "$label" "$n" "$d" "$t" "$ratio" \
       "$target" "$verdict"
+    if [[ -n ${plot_key:-} ]]; then
+      awk -v k="$plot_key" -v n="$n" -v a="$d" -v b="$t" \
+        'BEGIN {if (a > 0 && b + 0 > 0) printf "%s/%s %s %s\n", k, n, a, b}' >>"$work/plot.dat"
+    fi
   done
 }
 
+: >"$work/plot.dat"  # "metric/N dtrun torchrun" (ms) of the rows given a plot_key
 echo
 echo "median of $repeats run(s) (RSS: one run); times in ms, memory in MiB; ratio = torchrun / dtrun"
 printf '%-40s %5s | %10s | %10s | %11s | %s\n' metric nproc dtrun torchrun ratio "target (dtrun)"
 printf '%s\n' "------------------------------------------------------------------------------------------------------"
-row "wall time, /bin/true (ms)" true wall_ms 16 50
+plot_key=wall row "wall time, /bin/true (ms)" true wall_ms 16 50
 row "wall time, stamp worker (ms)" stamp wall_ms - -
 row "launch -> first worker start (ms)" stamp first_start_ms - -
-row "launch -> last worker start (ms)" stamp last_start_ms - -
-row "last worker exit -> launcher exit (ms)" stamp exit_lag_ms all 5
+plot_key=last-start row "launch -> last worker start (ms)" stamp last_start_ms - -
+plot_key="exit" row "last worker exit -> launcher exit (ms)" stamp exit_lag_ms all 5
 row "fail at once -> restart (ms)" fail_early restart_ms all 20
-row "fail in mid-run -> restart (ms)" fail_late restart_ms all 20
+plot_key=restart row "fail in mid-run -> restart (ms)" fail_late restart_ms all 20
 row "wall time, fail at once + restart (ms)" fail_early restart_wall_ms - -
 row "agent peak RSS, VmHWM (MiB)" rss agent_hwm_mib all 10
 row "wait4 ru_maxrss, agent+workers (MiB)" rss wait4_maxrss_mib - -
@@ -264,3 +271,10 @@ worker peak RSS includes the pre-exec image each worker forked from its launcher
              launcher's mapped anonymous memory until execve).
 Nothing here is asserted; "MISSES" marks a figure over its target on this machine.
 EOF
+if [[ -n $plot ]]; then
+  if command -v gnuplot >/dev/null; then
+    gnuplot -e "data='$work/plot.dat'; out='$plot'" "$repo/bench/launch/plot.gp" && echo "plot: $plot"
+  else
+    echo "run.sh: gnuplot not installed (apt-get install gnuplot-nox, or scripts/setup.sh): no plot" >&2
+  fi
+fi
