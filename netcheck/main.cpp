@@ -9,7 +9,10 @@
 // node, and each prints them as one JSON document on stdout:
 //   {"bytes":4194304,"nodes":[{"rank":0,"host":"a","address":"10.0.0.1"},...],
 //    "pairs":[{"a":0,"b":1,"rtt_us":48.2,"gbps_ab":9.4,"gbps_ba":9.3},...]}
-// or {"error":"...","timed_out":true} with exit 1. Judging the figures is the agent's.
+// or {"error":"...","timed_out":true,"unreached":{"0":[2],"1":[2],"2":[0]}} with exit 1: on a
+// timeout each node leaves the ranks it could not reach in the store and reads the others'
+// for a moment (kVoteWait), so that every agent can name the node all the others could not
+// reach. Judging is the agent's.
 //   Usage: dtrun-netcheck --host NAME [--timeout_ms 5000] [--bytes 4194304]
 // Everything, connecting included, ends by --timeout_ms: a peer that never shows up is a
 // timeout naming its rank.
@@ -21,8 +24,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <regex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -32,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrun/rendezvous.h"
 #include "dtrun/runtime.h"
 
 namespace {
@@ -41,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int kPings = 20;
+// How long a node that timed out waits for the others' lists of ranks they could not reach
+// (they time out within moments of each other: their bounds start together).
+constexpr milliseconds kVoteWait{1500};
 constexpr std::size_t kNameBytes = 160;  // "host address", NUL-padded, per node
 
 struct Options {
@@ -119,8 +129,13 @@ struct PairFigures {
   double gbpsOut = -1;
 };
 
+// The bulk exchange grows from kFirstBytes by 4x per round while a round takes under a quarter
+// of what is left of the stage's budget, up to `bytes`: a slow link gets a smaller exchange that
+// still ends in time (and is judged by its figures), a fast one gets the full size.
+constexpr std::size_t kFirstBytes = std::size_t{32} << 10;
+
 PairFigures measurePair(Exchange& x, int self, int peer, std::size_t bytes,
-                        std::vector<std::uint8_t>& big) {
+                        std::vector<std::uint8_t>& big, Clock::time_point stageEnd) {
   std::vector<std::uint8_t> small(8, 0);
   const bool first = self < peer;
   PairFigures f;
@@ -148,22 +163,45 @@ PairFigures measurePair(Exchange& x, int self, int peer, std::size_t bytes,
     std::nth_element(rtts.begin(), rtts.begin() + kPings / 2, rtts.end());
     f.rttUs = rtts[kPings / 2];
   }
-  const auto sendTimed = [&] {
+  const auto sendTimed = [&](std::size_t size) {
     const auto t0 = Clock::now();
-    x.send(big, bytes, peer);
+    x.send(big, size, peer);
     x.recv(small, 1, peer);
-    f.gbpsOut = static_cast<double>(bytes) * 8.0 / seconds(Clock::now() - t0) / 1e9;
+    f.gbpsOut = static_cast<double>(size) * 8.0 / seconds(Clock::now() - t0) / 1e9;
   };
-  const auto receive = [&] {
-    x.recv(big, bytes, peer);
+  const auto receive = [&](std::size_t size) {
+    x.recv(big, size, peer);
     x.send(small, 1, peer);
   };
-  if (first) {
-    sendTimed();
-    receive();
-  } else {
-    receive();
-    sendTimed();
+  // The first node decides each round's size (0 = done) and tells its peer.
+  std::vector<std::uint8_t> sizeMessage(sizeof(std::uint64_t), 0);
+  std::size_t size = std::min(kFirstBytes, bytes);
+  for (;;) {
+    std::uint64_t wire = size;
+    if (first) {
+      std::memcpy(sizeMessage.data(), &wire, sizeof wire);
+      x.send(sizeMessage, sizeMessage.size(), peer);
+    } else {
+      x.recv(sizeMessage, sizeMessage.size(), peer);
+      std::memcpy(&wire, sizeMessage.data(), sizeof wire);
+      size = static_cast<std::size_t>(wire);
+    }
+    if (size == 0) {
+      break;
+    }
+    const auto t0 = Clock::now();
+    if (first) {
+      sendTimed(size);
+      receive(size);
+    } else {
+      receive(size);
+      sendTimed(size);
+    }
+    if (first) {
+      const auto took = Clock::now() - t0;
+      const bool more = size < bytes && took * 4 * 4 < stageEnd - Clock::now();
+      size = more ? std::min(size * 4, bytes) : 0;
+    }
   }
   return f;
 }
@@ -208,14 +246,17 @@ nlohmann::ordered_json run(const Options& options) {
   // This node's row: round trips to each peer, then its sending bandwidth to each.
   std::vector<double> row(2 * static_cast<std::size_t>(n), -1.0);
   const int m = n % 2 == 0 ? n : n + 1;
+  // Each stage's share of the time left, with room for the last all-gather.
+  const auto exchangeEnd = deadline - (deadline - Clock::now()) / 10;
   for (int stage = 0; stage < m - 1; ++stage) {
     const int peer = partnerAt(stage, self, n);
     if (peer >= n) {
       continue;
     }
+    const auto stageEnd = Clock::now() + (exchangeEnd - Clock::now()) / (m - 1 - stage);
     PairFigures f;
     try {
-      f = measurePair(x, self, peer, options.bytes, big);
+      f = measurePair(x, self, peer, options.bytes, big, stageEnd);
     } catch (const rt::TimeoutError& e) {
       throw rt::TimeoutError("exchange with node rank " + std::to_string(peer) + ": " + e.what());
     }
@@ -251,6 +292,72 @@ nlohmann::ordered_json run(const Options& options) {
     }
   }
   return doc;
+}
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): one thread
+  return value != nullptr ? value : "";
+}
+
+// The ranks a libdtrt error names ("rank 2", "ranks 1, 3"), but `self`.
+std::vector<int> ranksIn(const std::string& text, int self) {
+  static const std::regex kRanks(R"(ranks? ([0-9]+(?:, [0-9]+)*))");
+  std::vector<int> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kRanks);
+       it != std::sregex_iterator(); ++it) {
+    const std::string list = (*it)[1].str();
+    for (std::size_t at = 0; at < list.size();) {
+      const int rank = std::atoi(list.c_str() + at);
+      if (rank != self && std::find(out.begin(), out.end(), rank) == out.end()) {
+        out.push_back(rank);
+      }
+      const auto comma = list.find(',', at);
+      at = comma == std::string::npos ? list.size() : comma + 2;
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// This node's unreached ranks into the store, and every other node's that arrive within
+// kVoteWait: rank -> the ranks it could not reach. Only this node's when the store is gone.
+nlohmann::ordered_json vote(const std::vector<int>& unreached) {
+  const int self = std::atoi(env("RANK").c_str());
+  const int n = std::atoi(env("WORLD_SIZE").c_str());
+  nlohmann::ordered_json reports;
+  reports[std::to_string(self)] = unreached;
+  dtrun::rdzv::ClientOptions options;
+  options.host = env("MASTER_ADDR");
+  options.port = static_cast<std::uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
+  options.token = env("DTRUN_STORE_TOKEN");
+  options.timeout = kVoteWait;
+  auto store = dtrun::rdzv::connectStore(options);
+  if (!store.isOk()) {
+    return reports;
+  }
+  const std::string prefix = env("DTRUN_STORE_PREFIX") + "/unreached/";
+  if (!store.value()
+           ->set(prefix + std::to_string(self), reports[std::to_string(self)].dump())
+           .isOk()) {
+    return reports;
+  }
+  const auto until = Clock::now() + kVoteWait;
+  while (static_cast<int>(reports.size()) < n && Clock::now() < until) {
+    for (int r = 0; r < n; ++r) {
+      if (reports.contains(std::to_string(r))) {
+        continue;
+      }
+      auto value = store.value()->tryGet(prefix + std::to_string(r));
+      if (value.isOk() && value.value()) {
+        auto list = nlohmann::ordered_json::parse(*value.value(), nullptr, false);
+        if (list.is_array()) {
+          reports[std::to_string(r)] = std::move(list);
+        }
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  return reports;
 }
 
 bool parse(int argc, char** argv, Options& options) {
@@ -291,7 +398,9 @@ int main(int argc, char** argv) try {
   try {
     out = run(options);
   } catch (const rt::TimeoutError& e) {
-    out = {{"error", e.what()}, {"timed_out", true}};
+    out = {{"error", e.what()},
+           {"timed_out", true},
+           {"unreached", vote(ranksIn(e.what(), std::atoi(env("RANK").c_str())))}};
     code = 1;
   } catch (const std::exception& e) {
     out = {{"error", e.what()}, {"timed_out", false}};

@@ -430,6 +430,7 @@ class Agent {
     const auto& a = *assignment_;
     detail::CheckResult r;
     detail::NetVerdict verdict;
+    bool othersCutOff = false;  // a timeout that named another node
     const auto measured = detail::parseNetcheckOutput(output);
     if (measured.isOk()) {
       verdict = detail::judgeNetwork(measured.value(), a.nodeRank, config_.healthChecks);
@@ -444,6 +445,17 @@ class Agent {
                               std::to_string(config_.healthChecks.timeout.count()) +
                               " ms (--health_check_timeout)"
                         : measured.status().message();
+      const auto cutOff = detail::namedUnreachable(output, a.nodeCount);
+      if (std::find(cutOff.begin(), cutOff.end(), a.nodeRank) != cutOff.end()) {
+        r.outcome = detail::CheckResult::Outcome::kFailed;
+        r.detail = "no other node could reach node " + std::to_string(a.nodeRank) + " (" + host_ +
+                   "): " + r.detail;
+      } else {
+        for (const int rank : cutOff) {
+          r.detail += "; no other node could reach node " + std::to_string(rank);
+        }
+        othersCutOff = !cutOff.empty();
+      }
     }
     r.at = std::chrono::system_clock::now() -
            std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -463,7 +475,7 @@ class Agent {
     if (r.outcome == detail::CheckResult::Outcome::kTimedOut) {
       // A peer that never showed up (its agent died, or its network is down): the round forms
       // again without a dead node. A node whose check times out twice in a row is the one cut off.
-      if (++netcheckTimeouts_ >= 2) {
+      if (!othersCutOff && ++netcheckTimeouts_ >= 2) {
         leaveUnhealthy(s);
         return;
       }

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <unordered_map>
 
 #include <fcntl.h>
@@ -74,8 +75,11 @@ std::string figures(const NetPair& p) {
 
 }  // namespace
 
-Result<NetMeasurement> parseNetcheckOutput(const std::string& output) {
-  // Its last line that opens an object: libdtrt may have warned on stderr before it.
+namespace {
+
+// The program's result: its last line that opens an object (libdtrt may have warned on stderr
+// before it). "" when there is none.
+std::string lastJsonLine(const std::string& output) {
   std::string line;
   for (std::size_t end = output.size(); end > 0;) {
     const std::size_t begin = output.rfind('\n', end - 1);
@@ -89,6 +93,49 @@ Result<NetMeasurement> parseNetcheckOutput(const std::string& output) {
     }
     end = begin;
   }
+  return line;
+}
+
+}  // namespace
+
+std::vector<int> namedUnreachable(const std::string& output, int nodeCount) {
+  const auto doc = Json::parse(lastJsonLine(output), nullptr, false);
+  std::vector<int> named;
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("unreached") ||
+      !doc["unreached"].is_object() || nodeCount < 3) {
+    return named;
+  }
+  std::map<int, std::vector<int>> votes;
+  for (const auto& [reporter, list] : doc["unreached"].items()) {
+    if (!list.is_array()) {
+      return named;
+    }
+    auto& ranks = votes[std::atoi(reporter.c_str())];
+    for (const auto& rank : list) {
+      if (rank.is_number_integer()) {
+        ranks.push_back(rank.get<int>());
+      }
+    }
+  }
+  for (int x = 0; x < nodeCount; ++x) {
+    int reporters = 0;
+    bool everyone = true;
+    for (const auto& [reporter, ranks] : votes) {
+      if (reporter == x) {
+        continue;
+      }
+      ++reporters;
+      everyone = everyone && std::find(ranks.begin(), ranks.end(), x) != ranks.end();
+    }
+    if (reporters >= 2 && everyone) {
+      named.push_back(x);
+    }
+  }
+  return named;
+}
+
+Result<NetMeasurement> parseNetcheckOutput(const std::string& output) {
+  const std::string line = lastJsonLine(output);
   const auto doc = Json::parse(line, nullptr, false);
   if (line.empty() || doc.is_discarded() || !doc.is_object()) {
     const std::string tail = output.size() > 300 ? output.substr(output.size() - 300) : output;

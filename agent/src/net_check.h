@@ -67,6 +67,11 @@ NetVerdict judgeNetwork(const NetMeasurement& m, int self, const HealthChecks& f
 std::string networkJson(const NetMeasurement& m, const NetVerdict& verdict,
                         const HealthChecks& floors);
 
+// After a check that timed out: the nodes that every other node that reported could not reach
+// (votes in the program's "unreached"; at least two reporters besides the node, so never in a
+// 2-node round). A node cut off from its peers, or dead, is named; a slow start is not. Pure.
+std::vector<int> namedUnreachable(const std::string& output, int nodeCount);
+
 // The environment dtrun-netcheck runs with: `inherited`, then a worker's variables for node
 // `nodeRank` of `nodeCount` and the store at masterAddr:masterPort under `storePrefix`.
 struct NetcheckPlace {

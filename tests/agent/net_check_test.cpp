@@ -146,9 +146,24 @@ TEST_CASE("network check: its environment is a worker's, over the inherited one"
   place.masterPort = 29400;
   place.storePrefix = "/dtrun/job/netcheck/round_4";
   const auto env = netcheckEnvironment({"PATH=/bin", "RANK=7", "DTRUN_STORE_TOKEN=old"}, place);
-  CHECK(env == std::vector<std::string>{"PATH=/bin", "RANK=2", "WORLD_SIZE=3", "LOCAL_RANK=0",
-                                        "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=10.0.0.1",
-                                        "MASTER_PORT=29400",
-                                        "DTRUN_STORE_PREFIX=/dtrun/job/netcheck/round_4",
-                                        "DTRUN_TRANSPORT=tcp"});
+  CHECK(env == std::vector<std::string>{
+                   "PATH=/bin", "RANK=2", "WORLD_SIZE=3", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1",
+                   "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29400",
+                   "DTRUN_STORE_PREFIX=/dtrun/job/netcheck/round_4", "DTRUN_TRANSPORT=tcp"});
+}
+
+TEST_CASE("network check: after a timeout, the node every other node could not reach is named") {
+  const auto out = [](const std::string& votes) {
+    return R"({"error":"exchange with node rank 2: timed out","timed_out":true,"unreached":)" +
+           votes + "}\n";
+  };
+  // Cut off (its own list names the others) or dead (no list of its own): named either way.
+  CHECK(namedUnreachable(out(R"({"0":[2],"1":[2],"2":[0,1]})"), 3) == std::vector<int>{2});
+  CHECK(namedUnreachable(out(R"({"0":[2],"1":[2]})"), 3) == std::vector<int>{2});
+  // One reporter besides it is not enough, nor is a node that some other node reached.
+  CHECK(namedUnreachable(out(R"({"0":[2]})"), 3).empty());
+  CHECK(namedUnreachable(out(R"({"0":[2],"1":[],"3":[2]})"), 4).empty());
+  // Two nodes: each names the other, which says nothing.
+  CHECK(namedUnreachable(out(R"({"0":[1],"1":[0]})"), 2).empty());
+  CHECK(namedUnreachable("killed\n", 3).empty());
 }

@@ -9,7 +9,8 @@
 # node3: node3 is below --health_net_min_gbps with both peers, so it alone is named and leaves,
 # its peers wait, node4 (a spare since round 0 formed) takes its place, and the job succeeds.
 # (3) the same link in a 2-node job: a slow pair cannot say which side is slow, so no node is
-# named, both agents warn with the figures and the job runs. Safety:
+# named, both agents warn with the figures and the job runs. (4) node3's link nearly cut (1
+# Mbit/s): the exchange shrinks to fit the bound, node3 is named, a spare replaces it. Safety:
 # lib/netns_hosts.sh puts a blackhole route for the test subnet in the root namespace first, runs
 # every agent inside a namespace, and removes everything on exit.
 #   bash tests/integration/network_check_test.sh /abs/path/to/build/launcher/dtrun
@@ -188,5 +189,46 @@ summary=$(network "$work/p0.json" "$work/p0.events" 2>&1) || { note_fail "$summa
 [[ $summary == "report passed round=0 pairs=1 named=none"*"slow=True"* ]] ||
   { note_fail "2 nodes: node1's report: $summary"; ok=1; }
 [[ $ok -eq 0 ]] && pass "2 nodes, node3 slow: no node named, both warned, the job ran; $(tr '\n' ';' <<<"$summary")"
+
+# (4) node3's link nearly cut (1 Mbit/s: 4 MiB would take 34 s, the bound is 6 s): the exchange
+# with node3 shrinks to what fits the bound instead of timing out, node3 is below the default
+# floor (1 Gbit/s) with both peers and named, and the spare node4 takes its place.
+# shellcheck disable=SC2086
+ip netns exec "$tag-node3" tc qdisc replace dev eth0 root tbf rate 1mbit burst 32kbit latency 400ms
+# shellcheck disable=SC2086
+ip netns exec "$tag-sw" tc qdisc replace dev v-node3 root tbf rate 1mbit burst 32kbit latency 400ms
+common=(--nnodes=3 --rdzv_backend=c10d --rdzv_endpoint="$(addr_of 0):29402" --rdzv_id=cut
+  --rdzv_conf="$FAST" --nproc_per_node=1 --no_python --health_checks=local,network
+  --health_check_timeout=6)
+start 0 "${common[@]}" --report="$work/c0.json" --event_log="$work/c0.events" "$WORKER" env
+wait_for "$work/n0.out" "rendezvous of job 'cut'" || true
+start 1 "${common[@]}" "$WORKER" env
+start 2 "${common[@]}" --report="$work/c2.json" --event_log="$work/c2.events" "$WORKER" env
+for i in 0 1 2; do wait_for "$work/n$i.out" "round 0: node" || true; done
+start 3 "${common[@]}" "$WORKER" env
+ok=0
+expect_rc n2 1 || ok=1
+expect_rc n0 0 || ok=1
+expect_rc n1 0 || ok=1
+expect_rc n3 0 || ok=1
+line=$(grep "^dtrun: health check" "$work/n2.out" || true)
+if [[ $line != "dtrun: health check network failed on node3: node "?" (node3 $(addr_of 2)) is below the floor with every other node: "*"below 1 Gbit/s (--health_net_min_gbps)"*"; this node leaves the job" ]]; then
+  note_fail "cut-off node3's console line: '$line'"
+  ok=1
+fi
+if ! grep -rqs "GROUP_WORLD_SIZE=3.*HOST=node4" "$work/nlogs/3"; then
+  note_fail "node4 did not run in the 3-node round after node3 was cut off"
+  ok=1
+fi
+cut=$("$PYTHON" -c '
+import json, sys
+for c in json.load(open(sys.argv[1])).get("health_checks", []):
+    if c["check"] == "network":
+        print(c["round"], c["outcome"], c["detail"][-60:])' "$work/c0.json" 2>&1) || true
+if [[ $cut != "0 passed "*"is below the floor and leaves the round"*"1 passed"* ]]; then
+  note_fail "node1's network results: $cut"
+  ok=1
+fi
+[[ $ok -eq 0 ]] && pass "node3 cut off: '$line'; node1: $(tr '\n' ';' <<<"$cut")"
 
 end_test
