@@ -3,7 +3,12 @@
 // 1.13's gloo (torch_collectives.py, the same measurements) and prints one table.
 // Usage:
 //   dtrun --nproc_per_node=2 --no_python build/bench/collectives/collectives_bench --backend tcp
-//     [--min-bytes 4096] [--max-bytes 67108864] [--factor 4] [--no-p2p]
+//     [--label shm] [--min-bytes 4096] [--max-bytes 67108864] [--factor 4] [--no-p2p]
+//     [--algo-sweep]
+// --label names the implementation in the output (run.sh: "shm" for the tcp backend with its
+// default transport, "tcp" under DTRUN_TRANSPORT=tcp). --algo-sweep measures all_reduce once per
+// algorithm the tcp backend has (DTRUN_ALLREDUCE_ALGO=doubling, ring, hier: one group each),
+// printed as impl=<label>/<algo>: the thresholds in tcp_communicator.cpp come from these.
 // Rank 0 prints one line per measurement:
 //   result impl=tcp n=2 op=all_reduce bytes=4096 iters=200 median_us=21.4 algbw_GBps=0.191
 //   busbw_GBps=0.191
@@ -37,6 +42,7 @@ struct Options {
   std::size_t maxBytes = std::size_t{64} << 20U;
   std::size_t factor = 4;
   bool p2p = true;
+  bool algoSweep = false;
 };
 
 // The same schedule as torch_collectives.py: more iterations for small messages.
@@ -201,11 +207,15 @@ bool parse(int argc, char** argv, Options& o) {
       (a == "--min-bytes" ? o.minBytes : a == "--max-bytes" ? o.maxBytes : o.factor) = v;
     } else if (a == "--no-p2p") {
       o.p2p = false;
+    } else if (a == "--label" && hasValue) {
+      o.name = args[++i];
+    } else if (a == "--algo-sweep") {
+      o.algoSweep = true;
     } else {
       (void)std::fprintf(
           stderr,
-          "usage: collectives_bench --backend tcp|gloo [--min-bytes B] [--max-bytes B] "
-          "[--factor F] [--no-p2p]   (run under dtrun)\n");
+          "usage: collectives_bench --backend tcp|gloo [--label NAME] [--min-bytes B] "
+          "[--max-bytes B] [--factor F] [--no-p2p] [--algo-sweep]   (run under dtrun)\n");
       return false;
     }
   }
@@ -218,6 +228,18 @@ int run(int argc, char** argv) {
     return 2;
   }
   const rt::Context ctx = rt::init();
+  if (o.algoSweep) {
+    const std::string label = o.name;
+    for (const char* algo : {"doubling", "ring", "hier"}) {
+      // Read when a group is created; this program has one thread.
+      ::setenv("DTRUN_ALLREDUCE_ALGO", algo, 1);  // NOLINT(concurrency-mt-unsafe)
+      auto pg = rt::ProcessGroup::create(ctx, o.backend);
+      o.name = label + "/" + algo;
+      benchAllReduce(o, *pg);
+      pg->barrier();
+    }
+    return 0;
+  }
   auto pg = rt::ProcessGroup::create(ctx, o.backend);
   benchAllReduce(o, *pg);
   benchBarrier(o, *pg);

@@ -4,7 +4,7 @@
 if (!exists("dir")) dir = "."
 set terminal pngcairo size 1000,640
 set output dir."/allreduce_busbw.png"
-set title "all\\_reduce (sum, f32) bus bandwidth, loopback: libdtrt tcp / gloo vs torch 1.13 gloo"
+set title "all\\_reduce (sum, f32) bus bandwidth, one host: libdtrt over shared memory / sockets vs torch 1.13 gloo"
 set logscale x 2
 set xrange [3000:90000000]
 set xlabel "message size"
@@ -13,7 +13,7 @@ set xtics ("4 KiB" 4096, "16 KiB" 16384, "64 KiB" 65536, "256 KiB" 262144, \
   "1 MiB" 1048576, "4 MiB" 4194304, "16 MiB" 16777216, "64 MiB" 67108864)
 set key top left
 set grid
-impls = "tcp gloo torch-gloo"
+impls = "shm tcp torch-gloo"
 ns = "2 4"
 plot for [i=1:words(impls)] for [j=1:words(ns)] \
   dir."/busbw_".word(impls,i)."_".word(ns,j).".dat" using 1:2 with linespoints \

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Turns collectives_bench / torch_collectives.py "result ..." lines into one table (stdout) and
-gnuplot data files (one per implementation and rank count: busbw vs size). Standard library only.
+"""Turns collectives_bench / torch_collectives.py "result ..." lines into tables (stdout) and
+gnuplot data files (one per implementation and rank count: busbw vs size). Each measurement is
+the median over the run's repeats of each repeat's median. Standard library only.
 
-  report.py RESULTS_FILE OUT_DIR
+  report.py RESULTS_FILE OUT_DIR [SWEEP_FILE]
 """
+import statistics
 import sys
 from collections import defaultdict
 
-IMPLS = ("tcp", "gloo", "torch-gloo")
+IMPLS = ("shm", "tcp", "gloo", "torch-gloo")
+PEER = "torch-gloo"
 
 
 def human(nbytes):
@@ -17,47 +20,106 @@ def human(nbytes):
     return f"{nbytes} B"
 
 
-def main():
-    results_file, out_dir = sys.argv[1], sys.argv[2]
-    rows = {}  # (op, bytes, n) -> impl -> fields
-    for line in open(results_file, encoding="utf-8"):
+def load(path):
+    """(op, bytes, n) -> impl -> {"us": median over repeats, "busbw":, "algbw":, "reps":}"""
+    samples = defaultdict(lambda: defaultdict(list))
+    for line in open(path, encoding="utf-8"):
         if not line.startswith("result "):
             continue
-        fields = dict(item.split("=", 1) for item in line.split()[1:])
-        key = (fields["op"], int(fields["bytes"]), int(fields["n"]))
-        rows.setdefault(key, {})[fields["impl"]] = fields
+        f = dict(item.split("=", 1) for item in line.split()[1:])
+        samples[(f["op"], int(f["bytes"]), int(f["n"]))][f["impl"]].append(f)
+    rows = {}
+    for key, impls in samples.items():
+        rows[key] = {}
+        for impl, runs in impls.items():
+            rows[key][impl] = {
+                "us": statistics.median(float(r["median_us"]) for r in runs),
+                "algbw": statistics.median(float(r["algbw_GBps"]) for r in runs),
+                "busbw": statistics.median(float(r["busbw_GBps"]) for r in runs),
+                "reps": len(runs),
+            }
+    return rows
 
+
+def main_table(rows):
+    impls = [i for i in IMPLS if any(i in r for r in rows.values())]
+    mine = [i for i in impls if i != PEER]
     order = {"all_reduce": 0, "barrier": 1, "sendrecv_lat": 2, "sendrecv_bw": 3}
     head = f"{'op':<13} {'size':>8} {'n':>2} |"
-    for impl in IMPLS:
-        head += f" {impl + ' us':>14} {'algbw':>7} {'busbw':>7} |"
-    head += f" {'torch/tcp time':>14}"
+    for impl in impls:
+        head += f" {impl + ' us':>14} {'GB/s':>7} |"
+    for impl in mine:
+        head += f" {impl + ' vs torch':>13}"
     print(head)
     print("-" * len(head))
     for key in sorted(rows, key=lambda k: (order.get(k[0], 9), k[2], k[1])):
         op, nbytes, n = key
         line = f"{op:<13} {human(nbytes) if nbytes else '-':>8} {n:>2} |"
-        for impl in IMPLS:
+        bw = op in ("all_reduce", "sendrecv_bw")
+        for impl in impls:
             f = rows[key].get(impl)
             if f is None:
-                line += f" {'n/a':>14} {'':>7} {'':>7} |"
+                line += f" {'n/a':>14} {'':>7} |"
                 continue
-            bw = op in ("all_reduce", "sendrecv_bw")
-            line += (f" {float(f['median_us']):>14.1f} "
-                     f"{float(f['algbw_GBps']) if bw else 0:>7.3f} "
-                     f"{float(f['busbw_GBps']) if bw else 0:>7.3f} |")
-        tcp, torch = rows[key].get("tcp"), rows[key].get("torch-gloo")
-        ratio = (f"{float(torch['median_us']) / float(tcp['median_us']):.2f}x"
-                 if tcp and torch and float(tcp["median_us"]) > 0 else "n/a")
-        print(line + f" {ratio:>14}")
-    print("(us: median time per op, slowest rank; algbw/busbw in GB/s; busbw = algbw x 2(n-1)/n "
-          "for all_reduce; torch/tcp > 1 means tcp is faster)")
+            line += f" {f['us']:>14.1f} {f['busbw'] if bw else 0:>7.3f} |"
+        torch = rows[key].get(PEER)
+        for impl in mine:
+            f = rows[key].get(impl)
+            ratio = (f"{torch['us'] / f['us']:.2f}x" if f and torch and f["us"] > 0 else "n/a")
+            line += f" {ratio:>13}"
+        print(line)
+    reps = max((f["reps"] for r in rows.values() for f in r.values()), default=0)
+    print(f"(us: median time per op, slowest rank, median of {reps} repeats; GB/s: busbw = "
+          "algbw x 2(n-1)/n for all_reduce, bytes/time for sendrecv_bw; 'X vs torch' = "
+          "torch-gloo time / X time: busbw and bandwidth ratios, > 1 means X is faster; for "
+          "latency, its inverse is X's latency as a fraction of torch-gloo's)")
+
+
+def sweep_table(rows):
+    # impl = "<transport>/<algo>"
+    by = defaultdict(dict)  # (transport, n, bytes) -> algo -> us
+    for (op, nbytes, n), impls in rows.items():
+        if op != "all_reduce":
+            continue
+        for impl, f in impls.items():
+            transport, algo = impl.split("/", 1)
+            by[(transport, n, nbytes)][algo] = f["us"]
+    algos = ("doubling", "ring", "hier")
+    print()
+    print("all_reduce algorithm sweep (median us; * = fastest)")
+    head = f"{'transport':<9} {'n':>2} {'size':>8} |" + "".join(f" {a:>11}" for a in algos)
+    print(head)
+    print("-" * len(head))
+    crossover = {}
+    for key in sorted(by):
+        transport, n, nbytes = key
+        times = by[key]
+        best = min(times, key=times.get)
+        line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
+        for a in algos:
+            t = times.get(a)
+            line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+        print(line)
+        if "ring" in times and "doubling" in times and times["ring"] <= times["doubling"]:
+            crossover.setdefault((transport, n), nbytes)
+    for (transport, n), nbytes in sorted(crossover.items()):
+        print(f"ring beats doubling from {human(nbytes)} ({transport}, {n} ranks)")
+
+
+def main():
+    results_file, out_dir = sys.argv[1], sys.argv[2]
+    rows = load(results_file)
+    main_table(rows)
+    if len(sys.argv) > 3:
+        sweep = load(sys.argv[3])
+        if sweep:
+            sweep_table(sweep)
 
     series = defaultdict(list)
     for (op, nbytes, n), impls in rows.items():
         if op == "all_reduce":
             for impl, f in impls.items():
-                series[(impl, n)].append((nbytes, float(f["busbw_GBps"])))
+                series[(impl, n)].append((nbytes, f["busbw"]))
     for (impl, n), points in series.items():
         with open(f"{out_dir}/busbw_{impl}_{n}.dat", "w", encoding="utf-8") as out:
             for nbytes, busbw in sorted(points):

@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# Collectives benchmark: libdtrt's tcp and gloo backends (collectives_bench) against torch 1.13's
-# gloo (torch_collectives.py under Debian's /usr/bin/python3) in one run, on loopback, each
-# under dtrun. Prints one table and writes a PNG of all_reduce busbw vs size. Asserts nothing.
+# Collectives benchmark: libdtrt's tcp backend over shared memory ("shm", its default between
+# ranks of one host) and over sockets only ("tcp", DTRUN_TRANSPORT=tcp), optionally libdtrt's gloo
+# backend, against torch 1.13's gloo (torch_collectives.py under Debian's /usr/bin/python3), in
+# one run, each under dtrun. Every implementation runs REPEATS times, interleaved (a burst of load
+# hits all of them alike); the table takes the median over repeats of each run's median. Prints
+# all_reduce busbw per size and rank count with the ratio to torch-gloo, barrier, send/recv
+# latency and bandwidth; then (SWEEP=1) the all_reduce algorithm sweep that sets the tcp
+# backend's thresholds; writes a PNG of all_reduce busbw vs size. Asserts nothing.
 #   bench/collectives/run.sh [DTRUN] [COLLECTIVES_BENCH]      (builds nothing: ninja -C build
 #                                                              dtrun collectives_bench first)
-# Knobs (environment): NPROCS="2 4", IMPLS="tcp gloo torch-gloo", MIN_BYTES=4096,
-# MAX_BYTES=67108864, FACTOR=4, OUT=<dir for logs, results.txt, *.dat, allreduce_busbw.png>.
+# Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
+# SWEEP=1 (SWEEP_MAX_BYTES=16777216), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
+# OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 DTRUN=${1:-$root/build/launcher/dtrun}
 BENCH=${2:-$root/build/bench/collectives/collectives_bench}
 PY=/usr/bin/python3  # Debian's interpreter with torch 1.13; the python3 on PATH has no torch
 NPROCS=${NPROCS:-"2 4"}
-IMPLS=${IMPLS:-"tcp gloo torch-gloo"}
+IMPLS=${IMPLS:-"shm tcp torch-gloo"}
+REPEATS=${REPEATS:-3}
+SWEEP=${SWEEP:-1}
 sizes=(--min-bytes "${MIN_BYTES:-4096}" --max-bytes "${MAX_BYTES:-67108864}" --factor "${FACTOR:-4}")
 OUT=${OUT:-$(mktemp -d /tmp/dtrun-collectives.XXXXXX)}
 mkdir -p "$OUT"
@@ -20,33 +28,60 @@ mkdir -p "$OUT"
 [[ -x $BENCH ]] || { echo "run.sh: no collectives_bench at $BENCH (ninja -C build collectives_bench)" >&2; exit 1; }
 
 results=$OUT/results.txt
+sweep=$OUT/sweep.txt
 : >"$results"
-for n in $NPROCS; do
-  for impl in $IMPLS; do
-    id=${impl}_$n
-    echo "run.sh: $impl with $n ranks ..." >&2
-    if [[ $impl == torch-gloo ]]; then
-      cmd=(env "PYTHON_EXEC=$PY" GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 "$DTRUN" --nproc_per_node="$n"
-        --rdzv_id="$id" --log_dir="$OUT/logs" "$root/bench/collectives/torch_collectives.py" "${sizes[@]}")
-    else
-      cmd=(env OMP_NUM_THREADS=1 "$DTRUN" --nproc_per_node="$n" --rdzv_id="$id" --log_dir="$OUT/logs"
-        --no_python "$BENCH" --backend "$impl" "${sizes[@]}")
+: >"$sweep"
+# one <id> <results file> <command...>: runs it under timeout, appends rank 0's result lines.
+one() {
+  local id=$1 into=$2
+  shift 2
+  local rc=0
+  timeout -k 5 600 "$@" >"$OUT/$id.out" 2>"$OUT/$id.err" || rc=$?
+  local log=$OUT/logs/$id/attempt_0/0/stdout.log
+  if [[ $rc -ne 0 ]]; then
+    echo "run.sh: $id failed (exit $rc); see $OUT/$id.err and $OUT/logs/$id" >&2
+    tail -n 3 "$OUT/logs/$id/attempt_0/"*/stderr.log >&2 2>/dev/null || true
+  fi
+  grep '^result ' "$log" >>"$into" 2>/dev/null || true
+}
+echo "run.sh: load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min), $(nproc) cores" | tee "$OUT/load.txt" >&2
+for rep in $(seq 1 "$REPEATS"); do
+  for n in $NPROCS; do
+    for impl in $IMPLS; do
+      id=${impl}_${n}_$rep
+      echo "run.sh: repeat $rep/$REPEATS: $impl with $n ranks ..." >&2
+      launch=("$DTRUN" --nproc_per_node="$n" --rdzv_id="$id" --log_dir="$OUT/logs")
+      case $impl in
+        torch-gloo)
+          one "$id" "$results" env "PYTHON_EXEC=$PY" GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
+            "${launch[@]}" "$root/bench/collectives/torch_collectives.py" "${sizes[@]}" ;;
+        shm | tcp)
+          one "$id" "$results" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT="${impl/shm/auto}" \
+            "${launch[@]}" --no_python "$BENCH" --backend tcp --label "$impl" "${sizes[@]}" ;;
+        gloo)
+          one "$id" "$results" env OMP_NUM_THREADS=1 \
+            "${launch[@]}" --no_python "$BENCH" --backend gloo "${sizes[@]}" ;;
+        *) echo "run.sh: unknown implementation '$impl' in IMPLS" >&2; exit 2 ;;
+      esac
+    done
+    if [[ $SWEEP == 1 ]]; then
+      for transport in shm tcp; do
+        id=sweep_${transport}_${n}_$rep
+        echo "run.sh: repeat $rep/$REPEATS: all_reduce algorithms over $transport, $n ranks ..." >&2
+        one "$id" "$sweep" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT="${transport/shm/auto}" \
+          "$DTRUN" --nproc_per_node="$n" --rdzv_id="$id" --log_dir="$OUT/logs" --no_python \
+          "$BENCH" --backend tcp --label "$transport" --algo-sweep "${sizes[@]}" --factor 2 \
+          --max-bytes "${SWEEP_MAX_BYTES:-16777216}"
+      done
     fi
-    rc=0
-    timeout -k 5 600 "${cmd[@]}" >"$OUT/$id.out" 2>"$OUT/$id.err" || rc=$?
-    log=$OUT/logs/$id/attempt_0/0/stdout.log
-    if [[ $rc -ne 0 ]]; then
-      echo "run.sh: $impl n=$n failed (exit $rc); see $OUT/$id.err and $OUT/logs/$id" >&2
-      tail -n 3 "$OUT/logs/$id/attempt_0/"*/stderr.log >&2 2>/dev/null || true
-    fi
-    grep '^result ' "$log" >>"$results" 2>/dev/null || true
   done
 done
+echo "run.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt" >&2
 
-python3 "$root/bench/collectives/report.py" "$results" "$OUT"
+python3 "$root/bench/collectives/report.py" "$results" "$OUT" "$sweep"
 if command -v gnuplot >/dev/null; then
   gnuplot -e "dir='$OUT'" "$root/bench/collectives/plot.gp" && echo "plot: $OUT/allreduce_busbw.png"
 else
   echo "run.sh: gnuplot not installed (apt-get install gnuplot-nox, or scripts/setup.sh): no plot" >&2
 fi
-echo "results: $results"
+echo "results: $results $sweep"

@@ -79,6 +79,7 @@ struct Setup {
   std::optional<std::string> transport;  // DTRUN_TRANSPORT
   std::optional<std::string> hosts;      // DTRUN_HOST_ID
   std::optional<std::string> ring;       // DTRUN_SHM_RING_BYTES
+  std::optional<std::string> algo;       // DTRUN_ALLREDUCE_ALGO
 };
 
 // The ring mappings a world of `world` ranks makes under `setup` (both ends of each pair live in
@@ -110,10 +111,13 @@ std::string hostList(int world) {
 
 const std::vector<Setup>& setups() {
   static const std::vector<Setup> all = {
-      {"shm", std::nullopt, std::nullopt, std::nullopt},
-      {"tcp", "tcp", std::nullopt, std::nullopt},
-      {"mixed", std::nullopt, "mixed", std::nullopt},
-      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536"},
+      {"shm", std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      {"tcp", "tcp", std::nullopt, std::nullopt, std::nullopt},
+      {"mixed (hierarchical all_reduce)", std::nullopt, "mixed", std::nullopt, std::nullopt},
+      {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring"},
+      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt},
+      {"shm, hierarchical all_reduce on one host", std::nullopt, std::nullopt, std::nullopt,
+       "hier"},
   };
   return all;
 }
@@ -212,6 +216,7 @@ TEST_CASE("the group checks pass over shm, tcp, mixed hosts and small rings, wor
       const ScopedEnv hosts("DTRUN_HOST_ID",
                             s.hosts ? std::optional<std::string>(hostList(world)) : std::nullopt);
       const ScopedEnv ring("DTRUN_SHM_RING_BYTES", s.ring);
+      const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", s.algo);
       INFO(s.name << " world " << world << " (FAIL lines above name the check)");
       std::atomic<int> mapped{-1};
       CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
@@ -242,24 +247,35 @@ TEST_CASE("over shm and mixed hosts, tcp agrees with gloo on random data", "[run
   }
 }
 
-TEST_CASE("all_reduce gives the same bits over shm, tcp and mixed hosts", "[runtime][shm]") {
-  for (int world = 2; world <= 4; ++world) {
-    INFO("world " << world);
-    std::vector<std::uint32_t> overTcp;
-    std::vector<std::uint32_t> overShm;
-    std::vector<std::uint32_t> overMixed;
-    {
-      const ScopedEnv transport("DTRUN_TRANSPORT", "tcp");
-      overTcp = allReduceBits(world);
-    }
-    overShm = allReduceBits(world);
-    {
+TEST_CASE("all_reduce gives the same bits over shm, tcp and mixed hosts, per algorithm",
+          "[runtime][shm]") {
+  // The transport must not change a result; the algorithm may (another summation order), so
+  // each is compared with itself. Mixed hosts' default, hierarchical, is compared with the
+  // hierarchical algorithm over sockets with the same hosts; against gloo above.
+  for (const char* algorithm : {"auto", "doubling", "ring", "hier"}) {
+    const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", algorithm);
+    for (int world = 3; world <= 4; ++world) {
+      INFO(algorithm << " world " << world);
+      std::vector<std::uint32_t> overTcp;
+      std::vector<std::uint32_t> overShm;
+      {
+        const ScopedEnv transport("DTRUN_TRANSPORT", "tcp");
+        overTcp = allReduceBits(world);
+      }
+      overShm = allReduceBits(world);
+      CHECK(!overTcp.empty());
+      CHECK(overShm == overTcp);
       const ScopedEnv hosts("DTRUN_HOST_ID", hostList(world));
-      overMixed = allReduceBits(world);
+      std::vector<std::uint32_t> mixedTcp;
+      {
+        const ScopedEnv transport("DTRUN_TRANSPORT", "tcp");
+        mixedTcp = allReduceBits(world);
+      }
+      CHECK(allReduceBits(world) == mixedTcp);
+      if (std::string(algorithm) == "doubling" || std::string(algorithm) == "ring") {
+        CHECK(mixedTcp == overTcp);  // flat algorithms ignore the hosts
+      }
     }
-    CHECK(!overTcp.empty());
-    CHECK(overShm == overTcp);
-    CHECK(overMixed == overTcp);
   }
 }
 
@@ -280,10 +296,12 @@ TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they 
   CHECK(mapped == 0);
 }
 
-TEST_CASE("bad DTRUN_TRANSPORT and DTRUN_SHM_RING_BYTES are refused, naming the variable",
+TEST_CASE("bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_ALLREDUCE_ALGO are refused, naming it",
           "[runtime][shm]") {
-  for (const auto& setting : std::vector<std::pair<std::string, std::string>>{
-           {"DTRUN_TRANSPORT", "infiniband"}, {"DTRUN_SHM_RING_BYTES", "1000"}}) {
+  for (const auto& setting :
+       std::vector<std::pair<std::string, std::string>>{{"DTRUN_TRANSPORT", "infiniband"},
+                                                        {"DTRUN_SHM_RING_BYTES", "1000"},
+                                                        {"DTRUN_ALLREDUCE_ALGO", "butterfly"}}) {
     const std::string name = setting.first;
     const ScopedEnv bad(name, setting.second);
     std::atomic<int> refused{0};

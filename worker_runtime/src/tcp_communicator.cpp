@@ -1,7 +1,11 @@
-// The Tcp backend: our own CPU backend. Connections and framing live in tcp_setup/tcp_transport;
-// this file holds the algorithms, chosen by size:
-//   all_reduce      <= 64 KiB recursive doubling (non-powers of two fold the extra ranks in),
-//                   larger: pipelined ring reduce-scatter + all-gather
+// The Tcp backend: our own CPU backend. Connections and framing live in tcp_setup/tcp_transport
+// (shared memory between ranks of one host, shm_setup); this file holds the algorithms, chosen
+// by size and topology:
+//   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
+//                   large: pipelined ring reduce-scatter + all-gather; the crossover is measured
+//                   per transport (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on
+//                   several hosts, some sharing one: hierarchical (reduce to each host's leader,
+//                   all_reduce among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
 //   all_gather      pipelined ring            reduce_scatter   pipelined ring
@@ -34,7 +38,15 @@ using tcp::OpState;
 using tcp::WaitResult;
 
 constexpr std::size_t kSmallBytes =
-    std::size_t{64} * 1024;  // recursive doubling / binomial tree up to this
+    std::size_t{64} * 1024;  // binomial trees (broadcast, reduce) up to this
+// all_reduce: recursive doubling below, ring from this many bytes. Measured with
+// bench/collectives/run.sh's algorithm sweep (bench/README.md): over shared memory the ring's
+// extra steps cost little, over sockets each step costs a round trip through the kernel.
+constexpr std::size_t kRingFromShm = std::size_t{64} * 1024;
+constexpr std::size_t kRingFromTcp = std::size_t{64} * 1024;
+// Step ids of the hierarchical all_reduce's in-host legs (doubling and ring use low ids).
+constexpr std::uint32_t kHostUpStep = 1U << 30U;
+constexpr std::uint32_t kHostDownStep = (1U << 30U) + 1;
 // Ring and chain messages are cut into segments so a rank forwards (and reduces) the first part
 // of a block while the rest is still arriving.
 constexpr std::size_t kSegmentBytes = std::size_t{256} * 1024;
@@ -61,6 +73,28 @@ std::chrono::microseconds spinFor() {
   const long localRanks = local != nullptr ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
   const auto cores = static_cast<long>(std::thread::hardware_concurrency());
   return std::chrono::microseconds(cores > 0 && localRanks <= cores ? kDefaultSpinUs : 0);
+}
+
+enum class AllReduceAlgo : std::uint8_t { kAuto, kDoubling, kRing, kHierarchical };
+
+AllReduceAlgo allReduceAlgo() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
+  const char* text = std::getenv("DTRUN_ALLREDUCE_ALGO");
+  const std::string name = text != nullptr ? text : "";
+  if (name.empty() || name == "auto") {
+    return AllReduceAlgo::kAuto;
+  }
+  if (name == "doubling") {
+    return AllReduceAlgo::kDoubling;
+  }
+  if (name == "ring") {
+    return AllReduceAlgo::kRing;
+  }
+  if (name == "hier") {
+    return AllReduceAlgo::kHierarchical;
+  }
+  throw ConfigError("DTRUN_ALLREDUCE_ALGO='" + name +
+                    "': expected auto (by size and topology), doubling, ring or hier");
 }
 
 std::string rankList(const std::set<int>& ranks) {
@@ -182,7 +216,20 @@ class Call {
 class TcpCommunicator final : public Communicator {
  public:
   explicit TcpCommunicator(const CommunicatorConfig& config)
-      : config_(config), transport_(connect(config, hosts_)) {
+      : config_(config), algo_(allReduceAlgo()), transport_(connect(config, hosts_)) {
+    for (int r = 0; r < config_.size; ++r) {
+      world_.push_back(r);
+      const int host = hosts_[static_cast<std::size_t>(r)];
+      if (host == hosts_[static_cast<std::size_t>(config_.rank)]) {
+        hostRanks_.push_back(r);
+      }
+      if (static_cast<std::size_t>(host) == leaders_.size()) {
+        leaders_.push_back(r);  // hosts are numbered by first appearance: r is its first rank
+      }
+    }
+    // Single-host groups use shared memory throughout (unless it is unavailable or off, which
+    // the socket threshold then covers too: the two are measured within a few KiB).
+    ringFrom_ = leaders_.size() == 1 ? kRingFromShm : kRingFromTcp;
     transport_->start();
     log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
                          config_.size);
@@ -243,27 +290,46 @@ class TcpCommunicator final : public Communicator {
   void p2p(Op& op, int peer, int tag);
   std::shared_ptr<WorkState> p2pAsync(OpKind kind, const Buffer& buffer, int peer, int tag,
                                       const char* name);
-  void allReduceDoubling(const Buffer& buffer, ReduceOp op);
-  void allReduceRing(const Buffer& buffer, ReduceOp op);
-  // Runs `rsSteps` reduce-scatter then `agSteps` all-gather steps of a ring over `buf`, whose
-  // block c holds elements [offsets[c], offsets[c + 1]). Step s sends block (rank - s + shift)
-  // to the right and receives block (rank - s - 1 + shift) from the left; after n - 1
-  // reduce-scatter steps, rank r holds the full reduction of block (r + 1 + shift).
+  // all_reduce among `members` (group ranks; this rank is members[me]) within `call`.
+  void allReduceDoubling(Call& call, const std::vector<int>& members, int me, const Buffer& buffer,
+                         ReduceOp op);
+  void allReduceRing(Call& call, const std::vector<int>& members, int me, const Buffer& buffer,
+                     ReduceOp op);
+  void allReduceHierarchical(const Buffer& buffer, ReduceOp op);
+  // Runs `rsSteps` reduce-scatter then `agSteps` all-gather steps of a ring over `buf` among
+  // `members` (this rank is members[me]), whose block c holds elements [offsets[c],
+  // offsets[c + 1]). Step s sends block (me - s + shift) to the right and receives block
+  // (me - s - 1 + shift) from the left; after m - 1 reduce-scatter steps, members[i] holds the
+  // full reduction of block (i + 1 + shift).
+  void ring(Call& call, const std::vector<int>& members, int me, std::byte* buf,
+            const std::vector<std::size_t>& offsets, int rsSteps, int agSteps, int shift,
+            DataType type, ReduceOp op);
   void ring(Call& call, std::byte* buf, const std::vector<std::size_t>& offsets, int rsSteps,
-            int agSteps, int shift, DataType type, ReduceOp op);
-  std::vector<std::size_t>& balancedOffsets(std::size_t count);
+            int agSteps, int shift, DataType type, ReduceOp op) {
+    ring(call, world_, rank(), buf, offsets, rsSteps, agSteps, shift, type, op);
+  }
+  std::vector<std::size_t>& balancedOffsets(std::size_t count, int parts);
+  std::vector<std::size_t>& balancedOffsets(std::size_t count) {
+    return balancedOffsets(count, size());
+  }
 
   const CommunicatorConfig config_;
-  std::vector<int> hosts_;  // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
+  const AllReduceAlgo algo_;  // DTRUN_ALLREDUCE_ALGO; kAuto: by size and topology
+  std::vector<int> hosts_;    // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
   std::shared_ptr<tcp::Transport> transport_;
-  std::string broken_;  // why the group is unusable (a collective failed)
+  std::vector<int> world_;      // 0 .. size - 1
+  std::vector<int> hostRanks_;  // the group ranks on this rank's host, ascending
+  std::vector<int> leaders_;    // each host's lowest group rank, by host number
+  std::size_t ringFrom_ = 0;    // all_reduce: ring from this many bytes, doubling below
+  std::string broken_;          // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;
   // Per-call state, reused so that steady-state collectives do not allocate.
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Op*> ringRecvs_;
   std::vector<std::size_t> offsets_;
-  Scratch scratch_;  // received data waiting to be reduced
-  Scratch work_;     // a copy of an input the caller's buffer must not see changed
+  Scratch scratch_;      // received data waiting to be reduced
+  Scratch work_;         // a copy of an input the caller's buffer must not see changed
+  Scratch hostScratch_;  // the hierarchical all_reduce's in-host contributions
 };
 
 // ---- Call -------------------------------------------------------------------------------------
@@ -425,20 +491,37 @@ void TcpCommunicator::barrier() {
 // ---- all_reduce -----------------------------------------------------------------------------
 
 void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
-  if (buffer.bytes() <= kSmallBytes) {
-    allReduceDoubling(buffer, op);
+  AllReduceAlgo algo = algo_;
+  if (algo == AllReduceAlgo::kAuto) {
+    // Across hosts with some sharing one: the in-host legs go through shared memory, and only
+    // one rank per host crosses the network.
+    const bool hierarchical =
+        leaders_.size() > 1 && leaders_.size() < static_cast<std::size_t>(size());
+    algo = hierarchical                 ? AllReduceAlgo::kHierarchical
+           : buffer.bytes() < ringFrom_ ? AllReduceAlgo::kDoubling
+                                        : AllReduceAlgo::kRing;
+  }
+  if (algo == AllReduceAlgo::kHierarchical) {
+    allReduceHierarchical(buffer, op);
   } else {
-    allReduceRing(buffer, op);
+    Call call(*this, "all_reduce");
+    if (algo == AllReduceAlgo::kDoubling) {
+      allReduceDoubling(call, world_, rank(), buffer, op);
+    } else {
+      allReduceRing(call, world_, rank(), buffer, op);
+    }
+    call.finish();
   }
   if (op == ReduceOp::kAvg) {
     finishAverage(buffer.data, buffer.count, buffer.dtype, size());
   }
 }
 
-void TcpCommunicator::allReduceDoubling(const Buffer& buffer, ReduceOp op) {
-  Call call(*this, "all_reduce");
-  const int n = size();
-  const int r = rank();
+void TcpCommunicator::allReduceDoubling(Call& call, const std::vector<int>& members, int me,
+                                        const Buffer& buffer, ReduceOp op) {
+  const int n = static_cast<int>(members.size());
+  const int r = me;
+  auto real = [&](int index) { return members[static_cast<std::size_t>(index)]; };
   std::byte* buf = bytePtr(buffer);
   const std::size_t bytes = buffer.bytes();
   std::byte* theirs = scratch_.get(bytes);
@@ -459,10 +542,10 @@ void TcpCommunicator::allReduceDoubling(const Buffer& buffer, ReduceOp op) {
   int newRank = r - rem;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      call.wait(call.send(r + 1, kFoldInStep, buf, bytes));
+      call.wait(call.send(real(r + 1), kFoldInStep, buf, bytes));
       newRank = -1;
     } else {
-      call.wait(call.recv(r - 1, kFoldInStep, theirs, bytes));
+      call.wait(call.recv(real(r - 1), kFoldInStep, theirs, bytes));
       combine(false);
       newRank = r / 2;
     }
@@ -471,7 +554,7 @@ void TcpCommunicator::allReduceDoubling(const Buffer& buffer, ReduceOp op) {
     std::uint32_t step = 1;
     for (int mask = 1; mask < pof2; mask <<= 1, ++step) {
       const int newPeer = newRank ^ mask;
-      const int peer = newPeer < rem ? newPeer * 2 + 1 : newPeer + rem;
+      const int peer = real(newPeer < rem ? newPeer * 2 + 1 : newPeer + rem);
       Op& in = call.recv(peer, step, theirs, bytes);
       Op& out = call.send(peer, step, buf, bytes);
       call.wait(in);
@@ -481,16 +564,15 @@ void TcpCommunicator::allReduceDoubling(const Buffer& buffer, ReduceOp op) {
   }
   if (r < 2 * rem) {
     if (r % 2 == 1) {
-      call.send(r - 1, kFoldOutStep, buf, bytes);
+      call.send(real(r - 1), kFoldOutStep, buf, bytes);
     } else {
-      call.recv(r + 1, kFoldOutStep, buf, bytes);
+      call.wait(call.recv(real(r + 1), kFoldOutStep, buf, bytes));
     }
   }
-  call.finish();
 }
 
-std::vector<std::size_t>& TcpCommunicator::balancedOffsets(std::size_t count) {
-  const auto n = static_cast<std::size_t>(size());
+std::vector<std::size_t>& TcpCommunicator::balancedOffsets(std::size_t count, int parts) {
+  const auto n = static_cast<std::size_t>(parts);
   offsets_.resize(n + 1);
   for (std::size_t c = 0; c <= n; ++c) {
     offsets_[c] = count * c / n;
@@ -498,24 +580,63 @@ std::vector<std::size_t>& TcpCommunicator::balancedOffsets(std::size_t count) {
   return offsets_;
 }
 
-void TcpCommunicator::allReduceRing(const Buffer& buffer, ReduceOp op) {
+void TcpCommunicator::allReduceRing(Call& call, const std::vector<int>& members, int me,
+                                    const Buffer& buffer, ReduceOp op) {
+  const int n = static_cast<int>(members.size());
+  ring(call, members, me, bytePtr(buffer), balancedOffsets(buffer.count, n), n - 1, n - 1, 0,
+       buffer.dtype, op);
+}
+
+void TcpCommunicator::allReduceHierarchical(const Buffer& buffer, ReduceOp op) {
   Call call(*this, "all_reduce");
-  const int n = size();
-  ring(call, bytePtr(buffer), balancedOffsets(buffer.count), n - 1, n - 1, 0, buffer.dtype, op);
+  std::byte* buf = bytePtr(buffer);
+  const std::size_t bytes = buffer.bytes();
+  const int leader = hostRanks_.front();
+  if (rank() != leader) {
+    // The result comes back into buf only after the leader has all of it: the send is done.
+    call.send(leader, kHostUpStep, buf, bytes);
+    call.recv(leader, kHostDownStep, buf, bytes);
+    call.finish();
+    return;
+  }
+  // Reduced in rank order on the host, so every host's partial is the same on every run.
+  const std::size_t others = hostRanks_.size() - 1;
+  std::byte* theirs = hostScratch_.get(std::max<std::size_t>(others, 1) * bytes);
+  for (std::size_t i = 0; i < others; ++i) {
+    call.recv(hostRanks_[i + 1], kHostUpStep, theirs + i * bytes, bytes);
+  }
+  call.waitAll();
+  for (std::size_t i = 0; i < others; ++i) {
+    reduceInto(buf, theirs + i * bytes, buffer.count, buffer.dtype, op);
+  }
+  if (leaders_.size() > 1) {
+    const int me =
+        static_cast<int>(std::find(leaders_.begin(), leaders_.end(), rank()) - leaders_.begin());
+    if (bytes < kRingFromTcp) {
+      allReduceDoubling(call, leaders_, me, buffer, op);
+    } else {
+      allReduceRing(call, leaders_, me, buffer, op);
+    }
+    call.waitAll();
+  }
+  for (std::size_t i = 0; i < others; ++i) {
+    call.send(hostRanks_[i + 1], kHostDownStep, buf, bytes);
+  }
   call.finish();
 }
 
-void TcpCommunicator::ring(Call& call, std::byte* buf, const std::vector<std::size_t>& offsets,
-                           int rsSteps, int agSteps, int shift, DataType type, ReduceOp op) {
-  const int n = size();
-  const int r = rank();
+void TcpCommunicator::ring(Call& call, const std::vector<int>& members, int me, std::byte* buf,
+                           const std::vector<std::size_t>& offsets, int rsSteps, int agSteps,
+                           int shift, DataType type, ReduceOp op) {
+  const int n = static_cast<int>(members.size());
+  const int r = me;
   const int steps = rsSteps + agSteps;
   if (steps == 0) {
     return;
   }
   const std::size_t esize = elementSize(type);
-  const int right = (r + 1) % n;
-  const int left = (r - 1 + n) % n;
+  const int right = members[static_cast<std::size_t>((r + 1) % n)];
+  const int left = members[static_cast<std::size_t>((r - 1 + n) % n)];
   auto blockOf = [&](int s) { return (((r - s + shift) % n) + n) % n; };
   std::size_t maxBlock = 0;
   for (int c = 0; c < n; ++c) {
