@@ -50,8 +50,8 @@ constexpr std::uint32_t kHostDownStep = (1U << 30U) + 1;
 // Ring and chain messages are cut into segments so a rank forwards (and reduces) the first part
 // of a block while the rest is still arriving.
 constexpr std::size_t kSegmentBytes = std::size_t{256} * 1024;
-// Ring steps whose receives are posted ahead, so data lands in place instead of being
-// buffered as unexpected (each reduce-scatter step in flight needs one block of scratch).
+// Ring steps whose receives are posted ahead, so data lands in place (reduce-scatter steps
+// combine it into the buffer as it arrives) instead of being buffered as unexpected.
 constexpr int kRingWindow = 2;
 // Step ids of recursive doubling's fold-in and fold-out messages (doubling steps are 1..31).
 constexpr std::uint32_t kFoldInStep = 0;
@@ -192,6 +192,9 @@ class Call {
 
   Op& send(int peer, std::uint32_t step, const std::byte* data, std::size_t bytes);
   Op& recv(int peer, std::uint32_t step, std::byte* data, std::size_t bytes);
+  // A receive whose data is combined into `data` as it arrives: data = op(data, incoming).
+  Op& recvReduce(int peer, std::uint32_t step, std::byte* data, std::size_t bytes, DataType type,
+                 ReduceOp op);
   void wait(Op& op);
   void waitAll();  // every op posted so far
   void finish() {
@@ -369,6 +372,17 @@ Op& Call::send(int peer, std::uint32_t step, const std::byte* data, std::size_t 
 Op& Call::recv(int peer, std::uint32_t step, std::byte* data, std::size_t bytes) {
   Op& op = next();
   op.reset(OpKind::kRecv, peer, tagBase_ | step, data, bytes, name_);
+  comm_.transport_->post(op);
+  return op;
+}
+
+Op& Call::recvReduce(int peer, std::uint32_t step, std::byte* data, std::size_t bytes,
+                     DataType type, ReduceOp reduceOp) {
+  Op& op = next();
+  op.reset(OpKind::kRecv, peer, tagBase_ | step, data, bytes, name_);
+  op.reduce = true;
+  op.reduceType = type;
+  op.reduceOp = reduceOp;
   comm_.transport_->post(op);
   return op;
 }
@@ -653,14 +667,6 @@ void TcpCommunicator::ring(Call& call, const std::vector<int>& members, int me, 
     return std::pair{begin + length * j / segments, begin + length * (j + 1) / segments};
   };
   const int window = std::min(steps, kRingWindow);
-  const int slots = std::min(rsSteps, window);
-  std::byte* scratch =
-      slots > 0 ? scratch_.get(static_cast<std::size_t>(slots) * maxBlock * esize) : nullptr;
-  auto scratchFor = [&](int s, int c, std::size_t element) {
-    return scratch + ((static_cast<std::size_t>(s % slots) * maxBlock) +
-                      (element - offsets[static_cast<std::size_t>(c)])) *
-                         esize;
-  };
   auto tagOf = [&](int s, std::size_t j) {
     return static_cast<std::uint32_t>(static_cast<std::size_t>(s) * segments + j);
   };
@@ -669,8 +675,13 @@ void TcpCommunicator::ring(Call& call, const std::vector<int>& members, int me, 
     const int c = blockOf(s + 1);
     for (std::size_t j = 0; j < segments; ++j) {
       const auto [first, last] = segment(c, j);
-      std::byte* dst = s < rsSteps ? scratchFor(s, c, first) : buf + first * esize;
-      ringRecvs_[tagOf(s, j)] = &call.recv(left, tagOf(s, j), dst, (last - first) * esize);
+      // Reduce-scatter steps combine the block into buf as it arrives (no scratch: the block is
+      // not being sent meanwhile), all-gather steps copy it.
+      std::byte* dst = buf + first * esize;
+      const std::size_t bytes = (last - first) * esize;
+      ringRecvs_[tagOf(s, j)] = s < rsSteps
+                                    ? &call.recvReduce(left, tagOf(s, j), dst, bytes, type, op)
+                                    : &call.recv(left, tagOf(s, j), dst, bytes);
     }
   };
   auto postSend = [&](int s, std::size_t j) {
@@ -685,19 +696,14 @@ void TcpCommunicator::ring(Call& call, const std::vector<int>& members, int me, 
     postReceives(s);
   }
   for (int s = 0; s < steps; ++s) {
-    const int c = blockOf(s + 1);
     for (std::size_t j = 0; j < segments; ++j) {
       call.wait(*ringRecvs_[tagOf(s, j)]);
-      if (s < rsSteps) {
-        const auto [first, last] = segment(c, j);
-        reduceInto(buf + first * esize, scratchFor(s, c, first), last - first, type, op);
-      }
       if (s + 1 < steps) {
         postSend(s + 1, j);  // forward what just arrived while the next segment comes in
       }
     }
     if (s + window < steps) {
-      postReceives(s + window);  // reuses the scratch slot step s just finished with
+      postReceives(s + window);
     }
   }
   call.waitAll();

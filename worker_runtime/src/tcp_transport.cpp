@@ -17,6 +17,7 @@
 #include "dtrun/runtime.h"
 
 #include "log.h"
+#include "reduce.h"
 
 namespace dtrun::runtime::detail::tcp {
 namespace {
@@ -53,6 +54,36 @@ void cpuRelax() {
 }
 
 std::string errnoText(int err) { return std::system_category().message(err); }
+
+// Lands n payload bytes of `op`'s message at op.moved: copied, or combined into what is there.
+void deliver(Op& op, const std::byte* src, std::size_t n) {
+  if (!op.reduce) {
+    std::memcpy(op.data + op.moved, src, n);
+    op.moved += n;
+    return;
+  }
+  const std::size_t esize = elementSize(op.reduceType);
+  while (n > 0) {
+    const std::size_t partial = op.moved % esize;
+    if (partial != 0 || n < esize) {
+      // An element split between arrivals waits in carry until it is whole.
+      const std::size_t k = std::min(esize - partial, n);
+      std::memcpy(op.carry.data() + partial, src, k);
+      op.moved += k;
+      src += k;
+      n -= k;
+      if (op.moved % esize == 0) {
+        reduceInto(op.data + op.moved - esize, op.carry.data(), 1, op.reduceType, op.reduceOp);
+      }
+      continue;
+    }
+    const std::size_t whole = n / esize;
+    reduceInto(op.data + op.moved, src, whole, op.reduceType, op.reduceOp);
+    op.moved += whole * esize;
+    src += whole * esize;
+    n -= whole * esize;
+  }
+}
 
 // Transports alive in this process, so that exit() without destroying the process group still
 // says goodbye: peers then see an orderly departure, not a crash that aborts their collectives.
@@ -248,8 +279,9 @@ bool Transport::matchUnexpected(Peer& p, Op& op) {
                    " bytes for a receive of " + std::to_string(op.bytes) + " bytes (tag " +
                    std::to_string(op.tag) + ")");
     } else {
+      op.moved = 0;
       if (op.bytes > 0) {
-        std::memcpy(op.data, chunk.data.get(), op.bytes);
+        deliver(op, chunk.data.get(), op.bytes);
       }
       op.moved = op.bytes;
       complete(op);
@@ -738,7 +770,7 @@ void Transport::pumpRead(Peer& p) {
     std::byte* dst = p.stage.get();
     std::size_t want = kStageBytes;
     bool direct = false;
-    if (p.rx == RxState::kIntoOp && p.rxLeft >= kDirectReadMin) {
+    if (p.rx == RxState::kIntoOp && p.rxLeft >= kDirectReadMin && !p.rxOp->reduce) {
       dst = p.rxOp->data + p.rxOp->moved;
       want = p.rxLeft;
       direct = true;
@@ -801,8 +833,7 @@ void Transport::consume(Peer& p, const std::byte* src, std::size_t len) {
         break;
       case RxState::kIntoOp:
         take = std::min(len, p.rxLeft);
-        std::memcpy(p.rxOp->data + p.rxOp->moved, src, take);
-        p.rxOp->moved += take;
+        deliver(*p.rxOp, src, take);
         p.rxLeft -= take;
         if (p.rxLeft == 0) {
           finishMessage(p);

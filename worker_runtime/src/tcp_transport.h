@@ -15,6 +15,7 @@
 // must stay valid, with their buffers, until they are done or cancelled.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -29,6 +30,7 @@
 #include <poll.h>
 
 #include "dtrun/common.h"
+#include "dtrun/runtime.h"
 
 #include "shm_link.h"
 
@@ -58,6 +60,12 @@ struct Op {
   std::size_t bytes = 0;
   const char* opName = "";  // "all_reduce", "irecv": prefixes error messages
   bool async = false;       // an isend/irecv: the background thread drives it
+  // A receive that combines: data[i] = reduceOp(data[i], incoming[i]), element by element as
+  // the bytes arrive (straight from a ring or the socket's stage, no scratch copy). Set after
+  // reset(), before post().
+  bool reduce = false;
+  DataType reduceType = DataType::kFloat32;
+  ReduceOp reduceOp = ReduceOp::kSum;
 
   // Progress and outcome.
   OpState state = OpState::kIdle;
@@ -65,6 +73,7 @@ struct Op {
   bool matched = false;   // recv: its message's header was read (it owns the stream now)
   FrameHeader header{};   // send: the frame header, written from here
   std::string error;      // why it failed (state == kFailed)
+  std::array<std::byte, 8> carry{};  // reduce: an element split between two arrivals
 
   // Resets everything for reuse (keeps the error string's capacity).
   void reset(OpKind k, int p, std::uint64_t t, std::byte* d, std::size_t n, const char* name) {
@@ -75,6 +84,7 @@ struct Op {
     bytes = n;
     opName = name;
     async = false;
+    reduce = false;
     state = OpState::kIdle;
     moved = 0;
     matched = false;
