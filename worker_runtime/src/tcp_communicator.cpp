@@ -2,10 +2,11 @@
 // (shared memory between ranks of one host, shm_setup); this file holds the algorithms, chosen
 // by size and topology:
 //   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
-//                   large: pipelined ring reduce-scatter + all-gather; the crossover is measured
-//                   per transport (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on
-//                   several hosts, some sharing one: hierarchical (reduce to each host's leader,
-//                   all_reduce among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
+//                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
+//                   host: a star to rank 0 below 4 MiB; the crossovers are measured
+//                   (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on several hosts,
+//                   some sharing one: hierarchical (reduce to each host's leader, all_reduce
+//                   among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
 //   all_gather      pipelined ring            reduce_scatter   pipelined ring
@@ -39,11 +40,19 @@ using tcp::WaitResult;
 
 constexpr std::size_t kSmallBytes =
     std::size_t{64} * 1024;  // binomial trees (broadcast, reduce) up to this
-// all_reduce: recursive doubling below, ring from this many bytes. Measured with
-// bench/collectives/run.sh's algorithm sweep (bench/README.md): over shared memory the ring's
-// extra steps cost little, over sockets each step costs a round trip through the kernel.
+// all_reduce thresholds, from bench/collectives/run.sh's algorithm sweep (bench/README.md; 2 and
+// 4 ranks on this 2-core machine). One host, at most kStarMaxRanks ranks: the star (every rank
+// sends to rank 0, which reduces in rank order and sends the result back: the hierarchical
+// algorithm with one host) beat doubling and ring from 4 KiB to 2 MiB at 4 ranks and from 32 KiB
+// to 4 MiB at 2 (within 3 % of doubling below): two steps, and one rank reduces instead of all of
+// them, which is what counts when ranks share few cores. The ring wins from about 4 MiB.
+constexpr std::size_t kRingFromOneHost = std::size_t{4} << 20U;
+constexpr int kStarMaxRanks = 4;
+// More ranks on one host (not measured here: flat doubling/ring), and between hosts: the ring
+// beat doubling from 64 KiB (shm, 4 ranks) to 512 KiB (shm, 2 ranks), from 128-256 KiB over
+// sockets. A star across hosts would funnel n - 1 buffers through one NIC: never used there.
 constexpr std::size_t kRingFromShm = std::size_t{64} * 1024;
-constexpr std::size_t kRingFromTcp = std::size_t{64} * 1024;
+constexpr std::size_t kRingFromTcp = std::size_t{128} * 1024;
 // Step ids of the hierarchical all_reduce's in-host legs (doubling and ring use low ids).
 constexpr std::uint32_t kHostUpStep = 1U << 30U;
 constexpr std::uint32_t kHostDownStep = (1U << 30U) + 1;
@@ -233,6 +242,7 @@ class TcpCommunicator final : public Communicator {
     // Single-host groups use shared memory throughout (unless it is unavailable or off, which
     // the socket threshold then covers too: the two are measured within a few KiB).
     ringFrom_ = leaders_.size() == 1 ? kRingFromShm : kRingFromTcp;
+    star_ = leaders_.size() == 1 && config_.size <= kStarMaxRanks;
     transport_->start();
     log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
                          config_.size);
@@ -324,6 +334,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<int> hostRanks_;  // the group ranks on this rank's host, ascending
   std::vector<int> leaders_;    // each host's lowest group rank, by host number
   std::size_t ringFrom_ = 0;    // all_reduce: ring from this many bytes, doubling below
+  bool star_ = false;           // one host, few ranks: the star below kRingFromOneHost
   std::string broken_;          // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;
   // Per-call state, reused so that steady-state collectives do not allocate.
@@ -510,7 +521,8 @@ void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
     // Across hosts with some sharing one: the in-host legs go through shared memory, and only
     // one rank per host crosses the network.
     const bool hierarchical =
-        leaders_.size() > 1 && leaders_.size() < static_cast<std::size_t>(size());
+        (leaders_.size() > 1 && leaders_.size() < static_cast<std::size_t>(size())) ||
+        (star_ && buffer.bytes() < kRingFromOneHost);
     algo = hierarchical                 ? AllReduceAlgo::kHierarchical
            : buffer.bytes() < ringFrom_ ? AllReduceAlgo::kDoubling
                                         : AllReduceAlgo::kRing;
@@ -616,11 +628,13 @@ void TcpCommunicator::allReduceHierarchical(const Buffer& buffer, ReduceOp op) {
   // Reduced in rank order on the host, so every host's partial is the same on every run.
   const std::size_t others = hostRanks_.size() - 1;
   std::byte* theirs = hostScratch_.get(std::max<std::size_t>(others, 1) * bytes);
+  std::vector<Op*>& fromHost = ringRecvs_;
+  fromHost.assign(others, nullptr);
   for (std::size_t i = 0; i < others; ++i) {
-    call.recv(hostRanks_[i + 1], kHostUpStep, theirs + i * bytes, bytes);
+    fromHost[i] = &call.recv(hostRanks_[i + 1], kHostUpStep, theirs + i * bytes, bytes);
   }
-  call.waitAll();
   for (std::size_t i = 0; i < others; ++i) {
+    call.wait(*fromHost[i]);  // the next ones keep arriving while this one is reduced
     reduceInto(buf, theirs + i * bytes, buffer.count, buffer.dtype, op);
   }
   if (leaders_.size() > 1) {
