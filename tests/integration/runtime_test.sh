@@ -8,6 +8,8 @@
 #   (ops        every operation x dtype x ReduceOp, p2p with tags, sub-groups for tcp and gloo
 #               run in-process: tests/runtime/group_checks_test.cpp, ranks as threads, world
 #               sizes 1-4, the same checks; real processes are kept for what needs them below)
+#   ops         the same checks for tcp between processes over shared memory (3 ranks) and
+#               mixed hosts (4 ranks, DTRUN_HOST_ID=a,a,b,b)
 #   (compare    tcp against gloo on seeded random data: tests/runtime/group_checks_test.cpp,
 #               compare_checks.h, ranks as threads, world sizes 2 and 3)
 #   early-exit  rank 2 of 3 exits 3 after the group formed or before it, or is SIGKILLed during
@@ -158,6 +160,23 @@ for spec in "tcp collective shm" "tcp kill shm" "tcp collective tcp" "tcp kill t
     else
       show "$name"
     fi
+  fi
+done
+
+# ---------------------------------------------------------------------------------------------
+# ops over real processes: every operation of the tcp backend between processes over shared
+# memory (3 ranks, one host) and mixed (4 ranks as two "hosts": rings inside, sockets across,
+# hierarchical all_reduce), the transports tests/runtime checks with ranks as threads.
+for spec in "shm 3" "mixed 4"; do
+  read -r transport n <<<"$spec"
+  name=ops_tcp_$transport
+  if [[ $transport == mixed ]]; then export DTRUN_HOST_ID=a,a,b,b; fi
+  run "$name" "$n" -- ops tcp
+  unset DTRUN_HOST_ID
+  ranks_of "$n"
+  if expect_rc "$name" 0 && expect_clean "$name" 0 "${rank_list[@]}" &&
+    expect_line "$name" 0 0 "PASS tcp n=$n all checks ran"; then
+    echo "runtime_test: $name ok ($(passes "$name") PASS, $elapsed s)"
   fi
 done
 

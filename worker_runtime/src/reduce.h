@@ -9,7 +9,8 @@
 
 namespace dtrun::runtime::detail {
 
-// dst[i] = op(dst[i], src[i]) for i < count. kAvg accumulates like kSum (see finishAverage).
+// dst[i] = op(dst[i], src[i]) for i < count; dst and src do not overlap. kAvg accumulates like
+// kSum (see finishAverage).
 void reduceInto(void* dst, const void* src, std::size_t count, DataType type, ReduceOp op);
 // Divides every element by `n` (the last step of kAvg; integers divide with truncation).
 void finishAverage(void* data, std::size_t count, DataType type, int n);

@@ -151,9 +151,14 @@ std::span<const std::byte> Link::readable() const {
 }
 
 bool Link::release(std::size_t n) {
-  rx_->tail.store(rx_->tail.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  const std::uint64_t tail = rx_->tail.load(std::memory_order_relaxed) + n;
+  rx_->tail.store(tail, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A waiting producer is woken once half the ring is free, not for every piece: a wake-up is a
+  // context switch, and with more ranks than cores a switch can cost a time slice. The consumer
+  // drains the ring completely, so it always gets there.
   return rx_->producerWaiting.load(std::memory_order_relaxed) != 0 &&
+         rx_->head.load(std::memory_order_relaxed) - tail <= capacity_ / 2 &&
          rx_->producerWaiting.exchange(0) != 0;
 }
 
@@ -178,8 +183,9 @@ bool Link::hasData() const {
 }
 
 bool Link::hasSpace() const {
-  return tx_->head.load(std::memory_order_relaxed) - tx_->tail.load(std::memory_order_acquire) <
-         capacity_;
+  // Half the ring: the level at which release() wakes a waiting producer.
+  return tx_->head.load(std::memory_order_relaxed) - tx_->tail.load(std::memory_order_acquire) <=
+         capacity_ / 2;
 }
 
 }  // namespace dtrun::runtime::detail::shm

@@ -60,7 +60,8 @@ class Link {
   // ---- consumer (our rx ring) ----
   // The contiguous run of published bytes at the tail (empty when none).
   [[nodiscard]] std::span<const std::byte> readable() const;
-  // Frees n bytes at the tail. True when the producer waits for space and must be woken.
+  // Frees n bytes at the tail. True when the producer waits for space and must be woken (once
+  // at least half the ring is free).
   bool release(std::size_t n);
 
   // ---- sleeping (the driver, before and after a blocking poll) ----
@@ -68,7 +69,7 @@ class Link {
   // read, or space for `wantSpace` pending sends) and the caller must not sleep.
   bool prepareSleep(bool wantSpace);
   void endSleep();
-  // Lock-free readiness checks for the driver's spin.
+  // Lock-free readiness checks for the driver's spin (hasSpace: at least half the ring free).
   [[nodiscard]] bool hasData() const;
   [[nodiscard]] bool hasSpace() const;
 

@@ -27,7 +27,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Default ring per direction: 4 MiB up to kBigRingRanks ranks on a host (fewer wake-ups of a
+// writer waiting for room), 1 MiB beyond, so that 8 ranks' 56 rings still fit a small /dev/shm.
+constexpr std::size_t kBigRingBytes = std::size_t{4} << 20U;
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20U;
+constexpr int kBigRingRanks = 4;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10U;
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30U;
 constexpr std::uint32_t kMaxPathBytes = 4096;
@@ -99,10 +103,10 @@ bool forcedTcp() {
                     "one host, the default)");
 }
 
-std::size_t ringBytes() {
+std::size_t ringBytes(int localRanks) {
   const char* text = env("DTRUN_SHM_RING_BYTES");
   if (text == nullptr || *text == '\0') {
-    return kDefaultRingBytes;
+    return localRanks <= kBigRingRanks ? kBigRingBytes : kDefaultRingBytes;
   }
   char* end = nullptr;
   const unsigned long long v = std::strtoull(text, &end, 10);
@@ -231,7 +235,7 @@ Topology connectLinks(const CommunicatorConfig& config, const std::vector<Unique
   }
   const auto deadline = Clock::now() + config.timeout;
   const bool tcpOnly = forcedTcp();
-  const std::size_t capacity = ringBytes();
+  (void)ringBytes(1);  // a bad value is refused before anything is set up
 
   // Host identities through the store.
   auto key = [&](int r) { return config.groupName + "/host/" + std::to_string(r); };
@@ -256,6 +260,10 @@ Topology connectLinks(const CommunicatorConfig& config, const std::vector<Unique
     return q != me &&
            topo.host[static_cast<std::size_t>(q)] == topo.host[static_cast<std::size_t>(me)];
   };
+
+  const auto localRanks = static_cast<int>(
+      std::count(topo.host.begin(), topo.host.end(), topo.host[static_cast<std::size_t>(me)]));
+  const std::size_t capacity = ringBytes(localRanks);
 
   // Pairs on this host: offers to the higher ranks first (small writes, never blocking for
   // long), then answers to the lower ranks' offers, then the higher ranks' answers; no rank waits

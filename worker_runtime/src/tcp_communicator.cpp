@@ -3,9 +3,9 @@
 // by size and topology:
 //   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
 //                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
-//                   host: a star to rank 0 below 4 MiB; the crossovers are measured
-//                   (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on several hosts,
-//                   some sharing one: hierarchical (reduce to each host's leader, all_reduce
+//                   host: a star to rank 0 below 8 MiB (2 ranks) / 512 KiB; the crossovers are
+//                   measured (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on several
+//                   hosts, some sharing one: hierarchical (reduce to each host's leader, all_reduce
 //                   among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
@@ -41,12 +41,13 @@ using tcp::WaitResult;
 constexpr std::size_t kSmallBytes =
     std::size_t{64} * 1024;  // binomial trees (broadcast, reduce) up to this
 // all_reduce thresholds, from bench/collectives/run.sh's algorithm sweep (bench/README.md; 2 and
-// 4 ranks on this 2-core machine). One host, at most kStarMaxRanks ranks: the star (every rank
-// sends to rank 0, which reduces in rank order and sends the result back: the hierarchical
-// algorithm with one host) beat doubling and ring from 4 KiB to 2 MiB at 4 ranks and from 32 KiB
-// to 4 MiB at 2 (within 3 % of doubling below): two steps, and one rank reduces instead of all of
-// them, which is what counts when ranks share few cores. The ring wins from about 4 MiB.
-constexpr std::size_t kRingFromOneHost = std::size_t{4} << 20U;
+// 4 ranks on this 2-core machine). One host, at most 4 ranks: the star (every rank sends to
+// rank 0, which reduces in rank order and sends the result back: the hierarchical algorithm with
+// one host) beat doubling and ring at every size up to 8 MiB at 2 ranks and up to 256 KiB-2 MiB
+// (runs differ) at 4: two steps, and one rank reduces instead of all of them, which is what
+// counts when ranks share few cores. The ring wins above.
+constexpr std::size_t kRingFromOneHostPair = std::size_t{8} << 20U;
+constexpr std::size_t kRingFromOneHost = std::size_t{512} << 10U;
 constexpr int kStarMaxRanks = 4;
 // More ranks on one host (not measured here: flat doubling/ring), and between hosts: the ring
 // beat doubling from 64 KiB (shm, 4 ranks) to 512 KiB (shm, 2 ranks), from 128-256 KiB over
@@ -242,7 +243,9 @@ class TcpCommunicator final : public Communicator {
     // Single-host groups use shared memory throughout (unless it is unavailable or off, which
     // the socket threshold then covers too: the two are measured within a few KiB).
     ringFrom_ = leaders_.size() == 1 ? kRingFromShm : kRingFromTcp;
-    star_ = leaders_.size() == 1 && config_.size <= kStarMaxRanks;
+    starBelow_ = leaders_.size() > 1 || config_.size > kStarMaxRanks ? 0
+                 : config_.size == 2                                 ? kRingFromOneHostPair
+                                                                     : kRingFromOneHost;
     transport_->start();
     log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
                          config_.size);
@@ -334,7 +337,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<int> hostRanks_;  // the group ranks on this rank's host, ascending
   std::vector<int> leaders_;    // each host's lowest group rank, by host number
   std::size_t ringFrom_ = 0;    // all_reduce: ring from this many bytes, doubling below
-  bool star_ = false;           // one host, few ranks: the star below kRingFromOneHost
+  std::size_t starBelow_ = 0;   // one host, few ranks: the star below this many bytes
   std::string broken_;          // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;
   // Per-call state, reused so that steady-state collectives do not allocate.
@@ -522,7 +525,7 @@ void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
     // one rank per host crosses the network.
     const bool hierarchical =
         (leaders_.size() > 1 && leaders_.size() < static_cast<std::size_t>(size())) ||
-        (star_ && buffer.bytes() < kRingFromOneHost);
+        buffer.bytes() < starBelow_;
     algo = hierarchical                 ? AllReduceAlgo::kHierarchical
            : buffer.bytes() < ringFrom_ ? AllReduceAlgo::kDoubling
                                         : AllReduceAlgo::kRing;
