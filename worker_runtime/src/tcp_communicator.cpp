@@ -3,7 +3,7 @@
 // by size and topology:
 //   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
 //                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
-//                   host: a star to rank 0 below 8 MiB (2 ranks) / 512 KiB; the crossovers are
+//                   host: a star to rank 0 below 4 MiB (2 ranks) / 512 KiB; the crossovers are
 //                   measured (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on several
 //                   hosts, some sharing one: hierarchical (reduce to each host's leader, all_reduce
 //                   among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
@@ -43,10 +43,11 @@ constexpr std::size_t kSmallBytes =
 // all_reduce thresholds, from bench/collectives/run.sh's algorithm sweep (bench/README.md; 2 and
 // 4 ranks on this 2-core machine). One host, at most 4 ranks: the star (every rank sends to
 // rank 0, which reduces in rank order and sends the result back: the hierarchical algorithm with
-// one host) beat doubling and ring at every size up to 8 MiB at 2 ranks and up to 256 KiB-2 MiB
-// (runs differ) at 4: two steps, and one rank reduces instead of all of them, which is what
-// counts when ranks share few cores. The ring wins above.
-constexpr std::size_t kRingFromOneHostPair = std::size_t{8} << 20U;
+// one host) beat doubling and ring at every size up to 2 MiB at 2 ranks and up to 256 KiB at 4
+// (medians of 3 sweeps; single sweeps put the crossovers between 256 KiB and 8 MiB): two steps,
+// and one rank reduces instead of all of them, which is what counts when ranks share few cores.
+// The ring wins above (from 4 MiB at 2 ranks, 512 KiB at 4).
+constexpr std::size_t kRingFromOneHostPair = std::size_t{4} << 20U;
 constexpr std::size_t kRingFromOneHost = std::size_t{512} << 10U;
 constexpr int kStarMaxRanks = 4;
 // More ranks on one host (not measured here: flat doubling/ring), and between hosts: the ring
