@@ -11,7 +11,8 @@
 #                                                              dtrun collectives_bench first)
 # Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
 # SWEEP=1 (SWEEP_MAX_BYTES=16777216), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
-# OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>.
+# OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>,
+# PLOT=<where the plot is copied; default bench/collectives/allreduce_busbw.png; empty: nowhere>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 DTRUN=${1:-$root/build/launcher/dtrun}
@@ -81,6 +82,9 @@ echo "run.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.
 python3 "$root/bench/collectives/report.py" "$results" "$OUT" "$sweep"
 if command -v gnuplot >/dev/null; then
   gnuplot -e "dir='$OUT'" "$root/bench/collectives/plot.gp" && echo "plot: $OUT/allreduce_busbw.png"
+  # As the other benchmarks do: the repository's plot is redrawn (PLOT=FILE elsewhere, PLOT= not).
+  plot=${PLOT-$root/bench/collectives/allreduce_busbw.png}
+  if [[ -n $plot && -f $OUT/allreduce_busbw.png ]]; then cp "$OUT/allreduce_busbw.png" "$plot" && echo "plot: $plot"; fi
 else
   echo "run.sh: gnuplot not installed (apt-get install gnuplot-nox, or scripts/setup.sh): no plot" >&2
 fi
