@@ -49,9 +49,13 @@ Int integer(const json& j, const char* name) {
 }
 
 json recordJson(const NodeRecord& r) {
-  return {{"agent", r.agentId},        {"host", r.host},
-          {"nproc", r.nproc},          {"hint", r.nodeRankHint},
-          {"sched", r.schedulerOrder}, {"store_host", r.storeHost}};
+  json j = {{"agent", r.agentId},        {"host", r.host},
+            {"nproc", r.nproc},          {"hint", r.nodeRankHint},
+            {"sched", r.schedulerOrder}, {"store_host", r.storeHost}};
+  if (r.workerStorePort != 0) {
+    j["worker_store"] = r.workerStorePort;
+  }
+  return j;
 }
 
 NodeRecord recordFrom(const json& j) {
@@ -62,6 +66,7 @@ NodeRecord recordFrom(const json& j) {
   r.nodeRankHint = integer<int>(j, "hint");
   r.schedulerOrder = integer<int>(j, "sched");
   r.storeHost = j.at("store_host").get<bool>();
+  r.workerStorePort = j.contains("worker_store") ? integer<std::uint16_t>(j, "worker_store") : 0;
   if (r.nproc < 1) {
     throw json::other_error::create(501, "nproc must be positive", nullptr);
   }
@@ -178,6 +183,10 @@ std::string encodeAssign(const AssignValue& v) {
     const Assignment& a = v.assignment;
     j = {{"round", a.round},          {"attempt", a.attempt},        {"node_rank", a.nodeRank},
          {"node_count", a.nodeCount}, {"rank_offset", a.rankOffset}, {"world_size", a.worldSize}};
+    if (a.masterPort != 0) {
+      j["master_addr"] = a.masterAddr;
+      j["master_port"] = a.masterPort;
+    }
   }
   return j.dump();
 }
@@ -198,8 +207,51 @@ std::optional<AssignValue> decodeAssign(const std::string& text) {
       a.nodeCount = integer<int>(j, "node_count");
       a.rankOffset = integer<int>(j, "rank_offset");
       a.worldSize = integer<int>(j, "world_size");
+      if (j.contains("master_port")) {
+        a.masterAddr = j.at("master_addr").get<std::string>();
+        a.masterPort = integer<std::uint16_t>(j, "master_port");
+      }
     }
     return v;
+  });
+}
+
+std::string encodeKeeperState(const KeeperState& k) {
+  json members = json::array();
+  for (const auto& [slot, record] : k.members) {
+    members.push_back({{"slot", slot}, {"record", recordJson(record)}});
+  }
+  json spares = json::array();
+  for (const auto& record : k.spares) {
+    spares.push_back(recordJson(record));
+  }
+  json j = {{"round", k.round},   {"attempt", k.attempt}, {"no_progress", k.noProgressStreak},
+            {"expected", k.expected}, {"phase", k.phase},     {"members", members},
+            {"spares", spares}};
+  if (k.closedBy) {
+    j["closed_by"] = endJson(*k.closedBy);
+  }
+  return j.dump();
+}
+
+std::optional<KeeperState> decodeKeeperState(const std::string& text) {
+  return parseWith<KeeperState>(text, [](const json& j) {
+    KeeperState k;
+    k.round = integer<int>(j, "round");
+    k.attempt = integer<int>(j, "attempt");
+    k.noProgressStreak = integer<int>(j, "no_progress");
+    k.expected = integer<int>(j, "expected");
+    k.phase = j.at("phase").get<std::string>();
+    for (const auto& m : j.at("members")) {
+      k.members.emplace_back(integer<int>(m, "slot"), recordFrom(m.at("record")));
+    }
+    for (const auto& r : j.at("spares")) {
+      k.spares.push_back(recordFrom(r));
+    }
+    if (j.contains("closed_by")) {
+      k.closedBy = endFrom(j.at("closed_by"));
+    }
+    return k;
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrun/round.h"
@@ -19,6 +20,8 @@ class RoundKeys {
   [[nodiscard]] std::string inbox() const { return job_ + "inbox"; }    // queue: keeper messages
   [[nodiscard]] std::string round() const { return job_ + "round"; }    // the open round
   [[nodiscard]] std::string finished() const { return job_ + "finished"; }
+  // What the keeper knows, rewritten at every change of round: a successor resumes from it.
+  [[nodiscard]] std::string keeperState() const { return job_ + "keeper_state"; }
   [[nodiscard]] std::string arrivals(int r) const { return in(r) + "arrivals"; }
   [[nodiscard]] std::string assign(int r, int slot) const {
     return in(r) + "assign/" + std::to_string(slot);
@@ -35,7 +38,7 @@ class RoundKeys {
 // {...}". A join carries the node's record as its payload, so the keeper reads nothing else per
 // join.
 struct KeeperMessage {
-  std::string verb;  // join, hb, fail, done, leave, bye
+  std::string verb;  // join, hb, fail, done, leave, bye; lost (a watcher of leases: any round)
   int round = 0;
   int slot = -1;
   std::string agentId;
@@ -62,6 +65,20 @@ struct AssignValue {
 };
 std::string encodeAssign(const AssignValue& value);
 std::optional<AssignValue> decodeAssign(const std::string& text);
+
+// The keeper's state between rounds: enough for a keeper that takes over to carry on.
+struct KeeperState {
+  int round = 0;
+  int attempt = 0;
+  int noProgressStreak = 0;
+  int expected = 0;
+  std::string phase;  // gathering, running, exiting, closed
+  std::vector<std::pair<int, NodeRecord>> members;  // (slot, record) by node rank
+  std::vector<NodeRecord> spares;
+  std::optional<RoundEnd> closedBy;
+};
+std::string encodeKeeperState(const KeeperState& state);
+std::optional<KeeperState> decodeKeeperState(const std::string& text);
 
 // Node ranks for `arrived` (in arrival order): explicit hints take their rank; the others fill
 // the remaining ranks, the store host first, then by scheduler order, then by arrival. Returns

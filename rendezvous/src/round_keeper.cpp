@@ -2,6 +2,7 @@
 // its job's inbox queue (a blocking pop: it wakes when a member writes, never polls) plus its
 // own monotonic deadlines: the last call, heartbeats, the join and close timeouts.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,20 +43,25 @@ std::string seconds(milliseconds ms) {
 class Keeper {
  public:
   Keeper(std::unique_ptr<Store> store, const std::string& jobId, RoundSettings settings,
-         const std::atomic<bool>& stopping)
+         const std::atomic<bool>& stopping, KeeperOptions options = {})
       : store_(std::move(store)),
         keys_(jobId),
         jobId_(jobId),
         settings_(settings),
+        options_(std::move(options)),
         stopping_(stopping),
         expected_(settings.maxNodes) {}
 
-  void run() {
+  Status run() {
     log::rdzv().info("keeper of job '{}': {}..{} nodes, last call {}, dead after {}", jobId_,
                      settings_.minNodes, settings_.maxNodes, seconds(settings_.lastCallTimeout),
                      seconds(settings_.deadAfter()));
-    if (!openRound(0)) {
-      return;
+    DTRUN_ASSIGN_OR_RETURN(auto left, store_->tryGet(keys_.keeperState()));
+    const auto state = left ? detail::decodeKeeperState(*left) : std::nullopt;
+    if (state) {
+      DTRUN_TRY(resume(*state));
+    } else if (!openRound(0)) {
+      return Status::connection("keeper of job '" + jobId_ + "': cannot open round 0");
     }
     while (!stopping_.load() && !finished_) {
       const auto now = Clock::now();
@@ -74,10 +80,11 @@ class Keeper {
       } else if (items.status().code() != Errc::kTimeout) {
         log::rdzv().error("keeper of job '{}' lost its store: {}", jobId_,
                           items.status().message());
-        return;
+        return items.status();
       }
       checkDeadlines(Clock::now());
     }
+    return Status::ok();
   }
 
  private:
@@ -109,6 +116,7 @@ class Keeper {
     if (closedBy_) {
       closeUntil_ = Clock::now() + settings_.closeTimeout;
     }
+    persist();
     auto early = std::exchange(early_, {});
     for (const auto& m : early) {
       handle(m);
@@ -135,6 +143,10 @@ class Keeper {
     const auto now = Clock::now();
     lastSeen_[m.agentId] = now;
     if (m.verb == "hb") {
+      return;
+    }
+    if (m.verb == "lost") {
+      onLost(m.agentId, m.payload);
       return;
     }
     if (m.verb == "leave" && !m.payload.empty()) {  // its reason, whichever round it names
@@ -245,6 +257,10 @@ class Keeper {
       a.worldSize += records[i].nproc;
       hosts += (hosts.empty() ? "" : ", ") + records[i].host;
     }
+    if (!order.empty() && records[order.front()].workerStorePort != 0) {
+      a.masterAddr = records[order.front()].host;
+      a.masterPort = records[order.front()].workerStorePort;
+    }
     std::vector<std::string> keys;
     std::vector<Bytes> values;
     std::set<std::size_t> chosen(order.begin(), order.end());
@@ -281,6 +297,7 @@ class Keeper {
       lastSeen_[m.record.agentId] = now;
       spares_.erase(m.record.agentId);
     }
+    persist();
     log::rdzv().info("job '{}' round {} (attempt {}): {} node(s), world size {}, {} spare(s): {}",
                      jobId_, round_, attempt_, members_.size(), a.worldSize, spares_.size(),
                      hosts.size() > 400 ? hosts.substr(0, 400) + "..." : hosts);
@@ -342,6 +359,170 @@ class Keeper {
     }
   }
 
+  // The backend saw `agentId` die (its lease expired): whatever round its last message named.
+  void onLost(const std::string& agentId, const std::string& why) {
+    spares_.erase(agentId);
+    lastSeen_.erase(agentId);
+    switch (phase_) {
+      case Phase::kGathering: {
+        // Arrived but gone: the round must not close with it.
+        const auto gone = std::remove_if(arrived_.begin(), arrived_.end(), [&](const Member& a) {
+          return a.record.agentId == agentId;
+        });
+        if (gone != arrived_.end()) {
+          log::rdzv().warn("job '{}' round {}: {} is gone before the round closed: {}", jobId_,
+                           round_, agentId, why);
+          arrived_.erase(gone, arrived_.end());
+          lastCall_.reset();
+        }
+        return;
+      }
+      case Phase::kRunning:
+        for (std::size_t i = 0; i < members_.size(); ++i) {
+          if (members_[i].record.agentId == agentId) {
+            lost_.insert(agentId);
+            RoundEnd end;
+            end.kind = RoundEnd::Kind::kMembership;
+            end.message = describeNode(static_cast<int>(i), members_[i].record) + " lost: " + why;
+            endRound(end);
+            return;
+          }
+        }
+        return;
+      case Phase::kExiting:
+      case Phase::kClosed:
+        onBye(agentId);  // gone for good: nothing more to wait for from it
+        return;
+    }
+  }
+
+  // ---- taking over ----
+
+  static constexpr std::array kPhaseNames = {"gathering", "running", "exiting", "closed"};
+
+  // Writes what a successor needs; a failure is logged, not fatal: the job goes on, only a
+  // takeover would start from an older round.
+  void persist() {
+    detail::KeeperState k;
+    k.round = round_;
+    k.attempt = attempt_;
+    k.noProgressStreak = noProgressStreak_;
+    k.expected = expected_;
+    k.phase = kPhaseNames.at(static_cast<std::size_t>(phase_));
+    for (const auto& m : members_) {
+      k.members.emplace_back(m.slot, m.record);
+    }
+    for (const auto& [id, record] : spares_) {
+      k.spares.push_back(record);
+    }
+    k.closedBy = closedBy_;
+    if (auto s = store_->set(keys_.keeperState(), detail::encodeKeeperState(k)); !s.isOk()) {
+      log::rdzv().warn("keeper of job '{}': saving its state: {}", jobId_, s.message());
+    }
+  }
+
+  // A keeper died; this one carries on from its last saved state. Joins and messages it had
+  // taken from the inbox are gone, so the round it was in is ended (a membership change, not
+  // charged) and every node joins the next one, unless the lost keeper's node was not a member
+  // of a running round: then nothing restarts.
+  Status resume(const detail::KeeperState& k) {
+    round_ = k.round;
+    attempt_ = k.attempt;
+    noProgressStreak_ = k.noProgressStreak;
+    expected_ = k.expected;
+    closedBy_ = k.closedBy;
+    for (const auto& record : k.spares) {
+      spares_[record.agentId] = record;
+    }
+    members_.clear();
+    for (const auto& [slot, record] : k.members) {
+      members_.push_back({slot, record});
+    }
+    const auto* phase = std::find(kPhaseNames.begin(), kPhaseNames.end(), k.phase);
+    phase_ = phase == kPhaseNames.end() ? Phase::kGathering
+                                        : static_cast<Phase>(phase - kPhaseNames.begin());
+    opened_ = Clock::now();
+    lastStatus_ = opened_;
+    closeUntil_ = opened_ + settings_.closeTimeout;
+    for (const auto& m : members_) {
+      lastSeen_[m.record.agentId] = opened_;
+    }
+    std::set<std::string> alive;
+    if (options_.aliveAgents) {
+      DTRUN_ASSIGN_OR_RETURN(auto ids, options_.aliveAgents());
+      alive.insert(ids.begin(), ids.end());
+      for (auto it = spares_.begin(); it != spares_.end();) {
+        it = alive.count(it->first) != 0 ? std::next(it) : spares_.erase(it);
+      }
+    }
+    const auto isLost = [&](const std::string& id) {
+      return options_.aliveAgents && alive.count(id) == 0;
+    };
+    log::rdzv().warn("keeper of job '{}': taking over in round {} ({}), attempt {}", jobId_, round_,
+                     k.phase, attempt_);
+    switch (phase_) {
+      case Phase::kGathering:
+        return restartGathering("the keeper was lost while the round was gathering");
+      case Phase::kRunning: {
+        DTRUN_ASSIGN_OR_RETURN(auto end, store_->tryGet(keys_.end(round_)));
+        if (end) {  // it ended while no keeper was there: act on it now
+          onRoundEnded(detail::decodeEnd(*end).value_or(RoundEnd{}));
+          return Status::ok();
+        }
+        std::string lostNames;
+        for (std::size_t i = 0; i < members_.size(); ++i) {
+          if (isLost(members_[i].record.agentId)) {
+            lost_.insert(members_[i].record.agentId);
+            lostNames += (lostNames.empty() ? "" : ", ") +
+                         describeNode(static_cast<int>(i), members_[i].record);
+          }
+        }
+        if (!lostNames.empty()) {
+          RoundEnd lostEnd;
+          lostEnd.kind = RoundEnd::Kind::kMembership;
+          lostEnd.message = lostNames + " lost, with the job's keeper; a new keeper took over";
+          endRound(lostEnd);
+        }
+        return Status::ok();
+      }
+      case Phase::kExiting:
+      case Phase::kClosed:
+        // Byes it had taken are gone: the nodes that exited since are gone from the leases.
+        for (const auto& m : members_) {
+          if (isLost(m.record.agentId)) {
+            byes_.insert(m.record.agentId);
+          }
+        }
+        if (phase_ == Phase::kExiting && membersGone()) {
+          finish("every node passed the exit barrier (seen by a new keeper)");
+        }
+        return Status::ok();
+    }
+    return Status::ok();
+  }
+
+  // The lost keeper's round was still gathering: its arrivals (taken from the inbox) are gone.
+  // Every node that took a slot is told to wait as a spare for the round's end, which comes at
+  // once; all of them join the next round, which this keeper gathers.
+  Status restartGathering(const std::string& why) {
+    DTRUN_ASSIGN_OR_RETURN(auto slots, store_->add(keys_.arrivals(round_), 0));
+    AssignValue spare;
+    spare.kind = AssignValue::Kind::kSpare;
+    for (std::int64_t slot = 0; slot < slots; ++slot) {
+      const auto key = keys_.assign(round_, static_cast<int>(slot));
+      DTRUN_TRY(store_->compareSet(key, "", detail::encodeAssign(spare)).status());
+    }
+    RoundEnd end;
+    end.kind = RoundEnd::Kind::kMembership;
+    end.message = why;
+    DTRUN_TRY(store_->compareSet(keys_.end(round_), "", detail::encodeEnd(end)).status());
+    if (!openRound(round_ + 1)) {
+      return Status::connection("keeper of job '" + jobId_ + "': cannot open round " +
+                                std::to_string(round_ + 1));
+    }
+    return Status::ok();
+  }
+
   // Writes `end` unless the round already has one (a failing agent writes its own) and acts on
   // the end that holds.
   void endRound(const RoundEnd& end) {
@@ -362,6 +543,7 @@ class Keeper {
     if (end.kind == RoundEnd::Kind::kSuccess) {
       phase_ = Phase::kExiting;
       closeUntil_ = Clock::now() + settings_.closeTimeout;
+      persist();
       return;
     }
     // Who is expected in the next round: this round's members that are still alive, and spares.
@@ -507,6 +689,7 @@ class Keeper {
   RoundKeys keys_;
   std::string jobId_;
   RoundSettings settings_;
+  KeeperOptions options_;
   const std::atomic<bool>& stopping_;
   int round_ = 0;
   int attempt_ = 0;
@@ -589,7 +772,9 @@ class ThreadedKeeperService final : public KeeperService {
       const std::lock_guard lock(mutex_);
       keepers_.emplace_back([this, jobId = job.value(), settings = *settings,
                              s = std::move(keeperStore).value()]() mutable {
-        Keeper(std::move(s), jobId, settings, stopping_).run();
+        if (auto s2 = Keeper(std::move(s), jobId, settings, stopping_).run(); !s2.isOk()) {
+          log::rdzv().error("keeper of job '{}': {}", jobId, s2.message());
+        }
       });
     }
   }
@@ -604,6 +789,38 @@ class ThreadedKeeperService final : public KeeperService {
 };
 
 }  // namespace
+
+Status runKeeper(std::unique_ptr<Store> store, const std::string& jobId,
+                 const KeeperOptions& options, const std::atomic<bool>& stopping) {
+  // The job's first agent publishes the settings as it connects: wait for them in slices.
+  const RoundKeys keys(jobId);
+  const std::vector<std::string> settingsKey{keys.keeper()};
+  for (;;) {
+    if (stopping.load()) {
+      return Status::error(Errc::kCancelled, "keeper of job '" + jobId + "': stopped");
+    }
+    const auto s = store->wait(settingsKey, kPopSlice);
+    if (s.isOk()) {
+      break;
+    }
+    if (s.code() != Errc::kTimeout) {
+      return s;
+    }
+  }
+  DTRUN_ASSIGN_OR_RETURN(auto text, store->get(keys.keeper()));
+  const auto settings = detail::decodeSettings(text);
+  if (!settings) {
+    return Status::protocol("keeper of job '" + jobId + "': malformed settings '" +
+                            text.substr(0, 80) + "'");
+  }
+  return Keeper(std::move(store), jobId, *settings, stopping, options).run();
+}
+
+Status reportLost(Store& store, const std::string& jobId, const std::string& agentId,
+                  const std::string& why) {
+  return store.queuePush(RoundKeys(jobId).inbox(),
+                         detail::encodeMessage(KeeperMessage{"lost", 0, -1, agentId, why}));
+}
 
 Result<std::unique_ptr<KeeperService>> KeeperService::start(std::uint16_t storePort,
                                                             const std::string& token,

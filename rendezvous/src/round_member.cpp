@@ -41,11 +41,12 @@ class StoreRoundMember final : public RoundMember {
 
   // Publishes the settings unless the job has them, and asks for a keeper when this call was
   // the one that published them.
-  Status requestKeeper() {
+  Status requestKeeper(bool askKeeperService) {
     const std::string mine = detail::encodeSettings(settings_);
     DTRUN_ASSIGN_OR_RETURN(auto held, waiter_->compareSet(keys_.keeper(), "", mine));
     if (held == mine) {
-      return waiter_->queuePush(detail::kKeeperRequests, jobId_);
+      return askKeeperService ? waiter_->queuePush(detail::kKeeperRequests, jobId_)
+                              : Status::ok();
     }
     if (const auto theirs = detail::decodeSettings(held);
         theirs &&
@@ -252,6 +253,17 @@ class StoreRoundMember final : public RoundMember {
   int nextRound_ = 0;
 };
 
+Result<std::unique_ptr<RoundMember>> makeMember(std::unique_ptr<Store> waiter,
+                                                std::unique_ptr<Store> notifier,
+                                                const std::string& jobId,
+                                                const RoundSettings& settings, NodeRecord self,
+                                                bool askKeeperService) {
+  auto member = std::make_unique<StoreRoundMember>(std::move(waiter), std::move(notifier), jobId,
+                                                   settings, std::move(self));
+  DTRUN_TRY(member->requestKeeper(askKeeperService));
+  return std::unique_ptr<RoundMember>(std::move(member));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RoundMember>> RoundMember::connect(const ClientOptions& store,
@@ -263,15 +275,23 @@ Result<std::unique_ptr<RoundMember>> RoundMember::connect(const ClientOptions& s
   return create(std::move(waiter), std::move(notifier), jobId, settings, std::move(self));
 }
 
+Result<std::unique_ptr<RoundMember>> RoundMember::connect(const StoreFactory& store,
+                                                          const std::string& jobId,
+                                                          const RoundSettings& settings,
+                                                          NodeRecord self, bool askKeeperService) {
+  DTRUN_ASSIGN_OR_RETURN(auto waiter, store());
+  DTRUN_ASSIGN_OR_RETURN(auto notifier, store());
+  return makeMember(std::move(waiter), std::move(notifier), jobId, settings, std::move(self),
+                    askKeeperService);
+}
+
 Result<std::unique_ptr<RoundMember>> RoundMember::create(std::unique_ptr<Store> waiter,
                                                          std::unique_ptr<Store> notifier,
                                                          const std::string& jobId,
                                                          const RoundSettings& settings,
                                                          NodeRecord self) {
-  auto member = std::make_unique<StoreRoundMember>(std::move(waiter), std::move(notifier), jobId,
-                                                   settings, std::move(self));
-  DTRUN_TRY(member->requestKeeper());
-  return std::unique_ptr<RoundMember>(std::move(member));
+  return makeMember(std::move(waiter), std::move(notifier), jobId, settings, std::move(self),
+                    true);
 }
 
 }  // namespace dtrun::rdzv

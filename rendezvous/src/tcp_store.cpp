@@ -608,4 +608,8 @@ Result<std::unique_ptr<Store>> connectStore(const ClientOptions& options) {
   return std::unique_ptr<Store>(std::move(store));
 }
 
+StoreFactory storeFactory(const ClientOptions& options) {
+  return [options] { return connectStore(options); };
+}
+
 }  // namespace dtrun::rdzv

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -125,5 +126,11 @@ class Store {
 };
 
 [[nodiscard]] Result<std::unique_ptr<Store>> connectStore(const ClientOptions& options);
+
+// Opens a new connection to a job's store: the dtrun store, or etcd under the job's prefix.
+// Whoever needs a connection of its own (the round protocol's two, the report, the console
+// relay) calls it, and does not care which backend is below.
+using StoreFactory = std::function<Result<std::unique_ptr<Store>>()>;
+[[nodiscard]] StoreFactory storeFactory(const ClientOptions& options);
 
 }  // namespace dtrun::rdzv

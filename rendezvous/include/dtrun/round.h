@@ -50,6 +50,9 @@ struct NodeRecord {
   int nodeRankHint = -1;    // explicit --node_rank; -1 none
   int schedulerOrder = -1;  // the batch scheduler's node order (SLURM_NODEID...); -1 none
   bool storeHost = false;   // this agent hosts the store: node 0 unless a hint says otherwise
+  // The port of the workers' store this agent serves (0 = none: the workers use the job's
+  // store). With etcd every agent serves one and the round's node 0's is the workers'.
+  int workerStorePort = 0;
 };
 
 // A node's place in a closed round.
@@ -60,6 +63,10 @@ struct Assignment {
   int nodeCount = 0;
   int rankOffset = 0;  // this node's first global rank (prefix sum of local world sizes)
   int worldSize = 0;
+  // Where the round's workers find their store (MASTER_ADDR/MASTER_PORT): node 0's host and
+  // workers' store port; empty/0 when the nodes serve none (the job's store is the workers').
+  std::string masterAddr;
+  int masterPort = 0;
 };
 
 // Why a round (or the whole job) ended.
@@ -111,6 +118,13 @@ class RoundMember {
                                                                    const std::string& jobId,
                                                                    const RoundSettings& settings,
                                                                    NodeRecord self);
+  // The same over any store (etcd); `askKeeperService` false when the job's keeper is elected
+  // among its agents instead (the settings are still published for it).
+  [[nodiscard]] static Result<std::unique_ptr<RoundMember>> connect(const StoreFactory& store,
+                                                                    const std::string& jobId,
+                                                                    const RoundSettings& settings,
+                                                                    NodeRecord self,
+                                                                    bool askKeeperService);
 
   // Joins the open round and returns this node's assignment, or closed=true once the job is
   // over. A node that finds the round full waits as a spare for a later round. `progress` gets
@@ -132,6 +146,26 @@ class RoundMember {
   // timeout), so the store outlives everyone's last request.
   virtual Status waitFinished(std::chrono::milliseconds timeout) = 0;
 };
+
+// A keeper run by an agent elected for it (the etcd backend) rather than beside the store.
+struct KeeperOptions {
+  // The agents alive now (agentIds), as the backend's leases say: asked when a keeper takes over
+  // from one that died, so the nodes lost with it are not waited for. Null: trust heartbeats.
+  std::function<Result<std::vector<std::string>>()> aliveAgents;
+};
+
+// Runs job `jobId`'s keeper on the calling thread until the job is finished, `stopping` is set
+// or the store fails. The keeper keeps its state in the store after every change of round, so
+// a keeper started where another left off (it died) takes over from there: it ends the round
+// the lost nodes were in (a membership change, not charged) and carries the restart count, the
+// no-progress streak and the spares into the next one.
+Status runKeeper(std::unique_ptr<Store> store, const std::string& jobId, const KeeperOptions& options,
+                 const std::atomic<bool>& stopping);
+
+// Tells the job's keeper that an agent is gone (its lease expired), whatever round it was in:
+// a member's round ends at once, a spare is forgotten, an arrival is dropped.
+Status reportLost(Store& store, const std::string& jobId, const std::string& agentId,
+                  const std::string& why);
 
 // Runs a keeper for every job that asks, on a thread with its own connection to the store at
 // 127.0.0.1:port. Stops (and joins its threads) when destroyed.
