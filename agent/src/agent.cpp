@@ -30,6 +30,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "dtrun/etcd.h"
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
@@ -167,7 +168,8 @@ class Agent {
       return Status::invalidArgument("no entrypoint to run");
     }
     const auto& multi = config_.multiNode;
-    if (!multi || multi->hostsStore) {
+    // With etcd every agent serves a workers' store: the round's node 0's is the workers'.
+    if (!multi || multi->hostsStore || multi->etcd) {
       DTRUN_ASSIGN_OR_RETURN(store_, detail::startAgentStore(config_));
     }
     // Before the first join (or attempt): a node that fails a check never joins; a non-host
@@ -175,15 +177,19 @@ class Agent {
     DTRUN_TRY(checkHealth(multi && !store_ ? multi->readTimeout : std::chrono::milliseconds(0)));
     std::unique_ptr<detail::ProgressExchange> exchange;
     if (multi) {
-      DTRUN_ASSIGN_OR_RETURN(auto link, detail::connectJob(config_, *multi, host_, store_.get()));
+      DTRUN_ASSIGN_OR_RETURN(
+          auto link, detail::connectJob(config_, *multi, host_, store_.get(), [this](Status s) {
+            asio::post(io_, [this, s = std::move(s)] { onStoreLost(s); });
+          }));
       keepers_ = std::move(link.keepers);
-      jobStore_ = link.client;
+      etcd_ = std::move(link.etcd);
+      jobStore_ = link.reportStores;
       job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(link.member),
                                                       multi->keepAliveInterval,
                                                       [this](const Status& s) { onStoreLost(s); });
       if (const auto& console = group_.collapsedConsole()) {  // the job's lines to one console
-        auto relay = detail::ConsoleRelay::connect(io_, link.client, config_.runId, console,
-                                                   store_ != nullptr);
+        auto relay = detail::ConsoleRelay::connect(io_, link.stores, config_.runId, console,
+                                                   gathersJob());
         if (relay.isOk()) {
           consoleRelay_ = std::move(relay).value();
         } else {
@@ -192,7 +198,7 @@ class Agent {
         }
       }
       if (config_.hangTimeout.count() > 0) {  // the other nodes' ranks, for the diagnosis
-        auto connected = detail::ProgressExchange::connect(io_, link.client, config_.runId);
+        auto connected = detail::ProgressExchange::connect(io_, link.stores, config_.runId);
         if (connected.isOk()) {
           exchange = std::move(connected).value();
         } else {
@@ -277,6 +283,23 @@ class Agent {
     return store_ ? store_->port() : config_.storePort;
   }
 
+  // Whether this agent gathers the job: prints its collapsed console, waits at the end until
+  // every node passed the exit barrier, and writes the one report. The store's host; with etcd,
+  // the agent that runs the keeper.
+  [[nodiscard]] bool gathersJob() const { return etcd_ ? etcd_->leads() : store_ != nullptr; }
+
+  // The job's store as messages name it.
+  [[nodiscard]] std::string jobStoreName() const {
+    if (config_.multiNode && config_.multiNode->etcd) {
+      std::string endpoints;
+      for (const auto& e : config_.multiNode->etcd->endpoints) {
+        endpoints += (endpoints.empty() ? "" : ",") + e;
+      }
+      return "etcd at " + endpoints;
+    }
+    return "the rendezvous store at " + config_.masterAddr + ":" + std::to_string(storePort());
+  }
+
   // ---- signals ----
 
   void watchSignals() {
@@ -331,9 +354,8 @@ class Agent {
   // ---- rounds (multi-node) ----
 
   void rendezvous() {
-    log::agent().info("rendezvous of job '{}' at {}:{} ({}..{} nodes)", config_.runId,
-                      config_.masterAddr, storePort(), config_.multiNode->minNodes,
-                      config_.multiNode->maxNodes);
+    log::agent().info("rendezvous of job '{}' through {} ({}..{} nodes)", config_.runId,
+                      jobStoreName(), config_.multiNode->minNodes, config_.multiNode->maxNodes);
     group_.clear();
     if (!assignment_) {  // the first join was checked in prepare()
       join();
@@ -343,6 +365,11 @@ class Agent {
   }
 
   void join() {
+    if (etcd_) {  // this node's store may be the next round's workers': none of the last's keys
+      if (auto s = detail::clearWorkerStore(store_->port(), config_.storeToken); !s.isOk()) {
+        log::agent().warn("emptying this node's workers' store: {}", s.message());
+      }
+    }
     joinSent_ = detail::Clock::now();
     job_->join([this](const rdzv::JoinOutcome& outcome) { onJoined(outcome); },
                [this](const Status& s) { onStoreLost(s); });
@@ -382,8 +409,8 @@ class Agent {
     detail::NetcheckPlace place;
     place.nodeRank = a.nodeRank;
     place.nodeCount = a.nodeCount;
-    place.masterAddr = config_.masterAddr;
-    place.masterPort = storePort();
+    place.masterAddr = a.masterPort != 0 ? a.masterAddr : config_.masterAddr;  // etcd: node 0's
+    place.masterPort = a.masterPort != 0 ? static_cast<std::uint16_t>(a.masterPort) : storePort();
     place.storeToken = config_.storeToken;
     place.storePrefix = "/dtrun/" + config_.runId + "/netcheck/round_" + std::to_string(a.round);
     const auto bound = config_.healthChecks.timeout;
@@ -568,7 +595,7 @@ class Agent {
       log::agent().warn("this node's record is missing from the job's report: {}", s.message());
     }
     job_->bye();
-    if (store_) {
+    if (gathersJob()) {
       job_->waitFinished(config_.multiNode->closeTimeout, [this, code] {
         auto reports = detail::gatherNodeReports(jobStore_, config_.runId);
         if (reports.isOk()) {
@@ -576,6 +603,11 @@ class Agent {
         } else {
           log::agent().warn("the job's report holds this node only: {}",
                             reports.status().message());
+        }
+        if (etcd_) {  // every node passed the barrier: nothing of the job stays in etcd
+          if (auto s = etcd_->removeJobKeys(); !s.isOk()) {
+            log::agent().warn("removing the job's keys from etcd: {}", s.message());
+          }
         }
         finish(code);
       });
@@ -590,8 +622,8 @@ class Agent {
     if (finished_ || stopReason_ == StopReason::kStoreLost || stopReason_ == StopReason::kSignal) {
       return;
     }
-    std::cerr << "dtrun: lost the rendezvous store at " << config_.masterAddr << ":" << storePort()
-              << ": " << status.message() << "; stopping this node's workers\n";
+    std::cerr << "dtrun: lost " << jobStoreName() << ": " << status.message()
+              << "; stopping this node's workers\n";
     stopReason_ = StopReason::kStoreLost;
     beginStop(SIGTERM);
     if (group_.allExited()) {
@@ -628,6 +660,10 @@ class Agent {
     placement.groupWorldSize = assignment_ ? assignment_->nodeCount : 1;
     placement.restartCount = restartCount_;
     placement.masterPort = storePort();
+    if (assignment_ && assignment_->masterPort != 0) {  // etcd: node 0's workers' store
+      placement.masterAddr = assignment_->masterAddr;
+      placement.masterPort = static_cast<std::uint16_t>(assignment_->masterPort);
+    }
     const detail::GroupStart start = group_.start(placement);
     log_.started(start, group_);
     if (!start.status.isOk()) {
@@ -901,8 +937,9 @@ class Agent {
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
-  rdzv::ClientOptions jobStore_;              // multi-node: how this agent reaches the job's store
+  rdzv::StoreFactory jobStore_;  // multi-node: the job's store, with a short timeout (reports)
   std::unique_ptr<rdzv::KeeperService> keepers_;
+  std::unique_ptr<rdzv::EtcdPresence> etcd_;  // --rdzv_backend=etcd: lease, keeper candidacy
   std::unique_ptr<detail::JobCoordinator> job_;  // multi-node only
   detail::WorkerGroup group_;
   std::unique_ptr<detail::ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node

@@ -92,9 +92,9 @@ std::vector<ReceivedGroup> decodeGroups(std::string_view text) {
 }
 
 Result<std::unique_ptr<ConsoleRelay>> ConsoleRelay::connect(
-    boost::asio::io_context& io, const rdzv::ClientOptions& options, const std::string& jobId,
+    boost::asio::io_context& io, const rdzv::StoreFactory& stores, const std::string& jobId,
     std::shared_ptr<CollapsedConsole> console, bool receiver) {
-  DTRUN_ASSIGN_OR_RETURN(auto store, rdzv::connectStore(options));
+  DTRUN_ASSIGN_OR_RETURN(auto store, stores());
   return std::unique_ptr<ConsoleRelay>(new ConsoleRelay(
       io, std::move(store), "dtrun/" + jobId + "/console", std::move(console), receiver));
 }

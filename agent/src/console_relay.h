@@ -40,7 +40,7 @@ class ConsoleRelay {
  public:
   // `receiver`: this agent hosts the store and prints the job's console; else it sends.
   static Result<std::unique_ptr<ConsoleRelay>> connect(boost::asio::io_context& io,
-                                                       const rdzv::ClientOptions& options,
+                                                       const rdzv::StoreFactory& stores,
                                                        const std::string& jobId,
                                                        std::shared_ptr<CollapsedConsole> console,
                                                        bool receiver);

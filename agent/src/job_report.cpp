@@ -10,26 +10,18 @@ std::string reportKey(const std::string& runId, std::int64_t slot) {
   return "dtrun/" + runId + "/reports/" + std::to_string(slot);
 }
 
-// The job is over and its store about to go: a short bound, not the read timeout.
-constexpr std::chrono::milliseconds kReportTimeout{5000};
-
-rdzv::ClientOptions bounded(rdzv::ClientOptions store) {
-  store.timeout = std::min(store.timeout, kReportTimeout);
-  return store;
-}
-
 }  // namespace
 
-Status sendNodeReport(const rdzv::ClientOptions& store, const std::string& runId,
+Status sendNodeReport(const rdzv::StoreFactory& stores, const std::string& runId,
                       const std::string& report) {
-  DTRUN_ASSIGN_OR_RETURN(auto client, rdzv::connectStore(bounded(store)));
+  DTRUN_ASSIGN_OR_RETURN(auto client, stores());
   DTRUN_ASSIGN_OR_RETURN(const std::int64_t slot, client->add(slotsKey(runId), 1));
   return client->set(reportKey(runId, slot), report);
 }
 
-Result<std::vector<std::string>> gatherNodeReports(const rdzv::ClientOptions& store,
+Result<std::vector<std::string>> gatherNodeReports(const rdzv::StoreFactory& stores,
                                                    const std::string& runId) {
-  DTRUN_ASSIGN_OR_RETURN(auto client, rdzv::connectStore(bounded(store)));
+  DTRUN_ASSIGN_OR_RETURN(auto client, stores());
   DTRUN_ASSIGN_OR_RETURN(const std::int64_t slots, client->add(slotsKey(runId), 0));
   std::vector<std::string> reports;
   for (std::int64_t slot = 1; slot <= slots; ++slot) {

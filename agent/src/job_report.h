@@ -13,12 +13,13 @@
 
 namespace dtrun::agent::detail {
 
-// Leaves `report` (this node's run report, JSON text) under the job's report keys.
-Status sendNodeReport(const rdzv::ClientOptions& store, const std::string& runId,
+// Leaves `report` (this node's run report, JSON text) under the job's report keys. `stores`
+// should connect with a short timeout: the job is over and its store about to go.
+Status sendNodeReport(const rdzv::StoreFactory& stores, const std::string& runId,
                       const std::string& report);
 
 // Every report left so far, in the order they arrived.
-Result<std::vector<std::string>> gatherNodeReports(const rdzv::ClientOptions& store,
+Result<std::vector<std::string>> gatherNodeReports(const rdzv::StoreFactory& stores,
                                                    const std::string& runId);
 
 }  // namespace dtrun::agent::detail

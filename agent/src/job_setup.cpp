@@ -25,13 +25,20 @@ Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& co
       (config.storePort != 0 ? " (choose another --master_port, or omit it for a free port)" : ""));
 }
 
-Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& multi,
-                           const std::string& host, const rdzv::StoreServer* store) {
-  JobLink link;
-  if (store != nullptr) {
-    DTRUN_ASSIGN_OR_RETURN(link.keepers,
-                           rdzv::KeeperService::start(store->port(), config.storeToken));
+namespace {
+
+// The end of the job: its store is about to go, so a short bound, not the read timeout.
+constexpr std::chrono::milliseconds kReportTimeout{5000};
+
+std::string joinText(const std::vector<std::string>& items, const char* separator) {
+  std::string text;
+  for (const auto& item : items) {
+    text += (text.empty() ? "" : separator) + item;
   }
+  return text;
+}
+
+rdzv::RoundSettings roundSettings(const AgentConfig& config, const MultiNodeConfig& multi) {
   rdzv::RoundSettings settings;
   settings.minNodes = multi.minNodes;
   settings.maxNodes = multi.maxNodes;
@@ -42,24 +49,104 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   settings.closeTimeout = multi.closeTimeout;
   settings.keepAliveInterval = multi.keepAliveInterval;
   settings.keepAliveMaxAttempt = multi.keepAliveMaxAttempt;
+  return settings;
+}
+
+rdzv::EtcdOptions etcdOptions(const EtcdRendezvous& etcd, std::chrono::milliseconds timeout) {
+  rdzv::EtcdOptions options;
+  options.endpoints = etcd.endpoints;
+  options.timeout = timeout;
+  options.caFile = etcd.caFile;
+  options.certFile = etcd.certFile;
+  options.keyFile = etcd.keyFile;
+  options.user = etcd.user;
+  options.password = etcd.password;
+  return options;
+}
+
+// Joins through etcd: this agent's lease and candidacy first (the first agent to arrive runs
+// the keeper), then its member, with the workers' store it serves in its record.
+Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig& multi,
+                               rdzv::NodeRecord self,
+                               std::function<void(const Status&)> onLeaseLost) {
+  const auto& etcd = *multi.etcd;
+  auto client = rdzv::EtcdClient::connect(etcdOptions(etcd, multi.readTimeout));
+  if (!client.isOk()) {
+    return client.status();  // its message names the endpoints and what to fix
+  }
+  auto reportClient = rdzv::EtcdClient::connect(
+      etcdOptions(etcd, std::min(multi.readTimeout, kReportTimeout)));
+  if (!reportClient.isOk()) {
+    return reportClient.status();
+  }
+  JobLink link;
+  DTRUN_ASSIGN_OR_RETURN(
+      link.etcd, rdzv::EtcdPresence::start(std::move(client).value(), etcd.prefix, config.runId,
+                                           self.agentId, etcd.leaseTtl, std::move(onLeaseLost)));
+  link.stores = link.etcd->stores();
+  link.reportStores = [c = std::shared_ptr<rdzv::EtcdClient>(std::move(reportClient).value()),
+                       prefix = etcd.prefix] { return rdzv::makeEtcdStore(c, prefix); };
+  auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
+                                           std::move(self), false);
+  if (!member.isOk()) {
+    return Status::connection("cannot join job '" + config.runId + "' through etcd at " +
+                              joinText(etcd.endpoints, ",") + ": " +
+                              member.status().message());
+  }
+  link.member = std::move(member).value();
+  return link;
+}
+
+}  // namespace
+
+Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& multi,
+                           const std::string& host, const rdzv::StoreServer* store,
+                           std::function<void(const Status&)> onLeaseLost) {
   rdzv::NodeRecord self;
   self.agentId = host + ":" + std::to_string(::getpid());
   self.host = host;
   self.nproc = config.nprocPerNode;
   self.nodeRankHint = multi.nodeRank;
   self.schedulerOrder = multi.schedulerOrder;
+  if (multi.etcd) {
+    self.workerStorePort = store != nullptr ? store->port() : 0;
+    return connectEtcdJob(config, multi, std::move(self), std::move(onLeaseLost));
+  }
+  JobLink link;
+  if (store != nullptr) {
+    DTRUN_ASSIGN_OR_RETURN(link.keepers,
+                           rdzv::KeeperService::start(store->port(), config.storeToken));
+  }
   self.storeHost = store != nullptr;
-  link.client.host = store != nullptr ? "127.0.0.1" : config.masterAddr;
-  link.client.port = store != nullptr ? store->port() : config.storePort;
-  link.client.timeout = multi.readTimeout;
-  link.client.token = config.storeToken;
-  auto member = rdzv::RoundMember::connect(link.client, config.runId, settings, self);
+  rdzv::ClientOptions client;
+  client.host = store != nullptr ? "127.0.0.1" : config.masterAddr;
+  client.port = store != nullptr ? store->port() : config.storePort;
+  client.timeout = multi.readTimeout;
+  client.token = config.storeToken;
+  link.stores = rdzv::storeFactory(client);
+  client.timeout = std::min(client.timeout, kReportTimeout);
+  link.reportStores = rdzv::storeFactory(client);
+  auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
+                                           std::move(self), true);
   if (!member.isOk()) {
     return Status::connection("cannot reach the rendezvous store at " + config.masterAddr + ":" +
-                              std::to_string(link.client.port) + ": " + member.status().message());
+                              std::to_string(client.port) + ": " + member.status().message());
   }
   link.member = std::move(member).value();
   return link;
+}
+
+Status clearWorkerStore(std::uint16_t port, const std::string& token) {
+  rdzv::ClientOptions options;
+  options.port = port;
+  options.token = token;
+  options.timeout = kReportTimeout;
+  DTRUN_ASSIGN_OR_RETURN(auto store, rdzv::connectStore(options));
+  DTRUN_ASSIGN_OR_RETURN(auto keys, store->listKeys());
+  for (const auto& key : keys) {
+    DTRUN_TRY(store->deleteKey(key).status());
+  }
+  return Status::ok();
 }
 
 }  // namespace dtrun::agent::detail

@@ -3,11 +3,13 @@
 // once by the agent before its loop runs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "dtrun/agent.h"
 #include "dtrun/common.h"
+#include "dtrun/etcd.h"
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
@@ -20,13 +22,21 @@ Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& co
 // A multi-node agent's link to the job.
 struct JobLink {
   std::unique_ptr<rdzv::KeeperService> keepers;  // beside a store this agent hosts
+  std::unique_ptr<rdzv::EtcdPresence> etcd;      // --rdzv_backend=etcd: lease, keeper election
   std::unique_ptr<rdzv::RoundMember> member;
-  rdzv::ClientOptions client;  // how this agent reaches the job's store
+  rdzv::StoreFactory stores;        // connections to the job's store
+  rdzv::StoreFactory reportStores;  // the same with a short timeout, for the end of the job
 };
 
 // Starts the keeper service beside `store` (when this agent hosts it) and joins the job as
-// `host`'s member.
+// `host`'s member. With etcd, `store` is this agent's workers' store (its port goes into the
+// node's record) and `onLeaseLost` hears when etcd presumed this agent dead.
 Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& multi,
-                           const std::string& host, const rdzv::StoreServer* store);
+                           const std::string& host, const rdzv::StoreServer* store,
+                           std::function<void(const Status&)> onLeaseLost);
+
+// Empties this agent's workers' store before a round (etcd backend: the keys of the last
+// round's workers must be gone before the next round's look).
+Status clearWorkerStore(std::uint16_t port, const std::string& token);
 
 }  // namespace dtrun::agent::detail

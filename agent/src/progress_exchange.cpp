@@ -57,8 +57,8 @@ std::vector<RankProgress> decodeProgress(const std::string& text, std::int64_t n
 }
 
 Result<std::unique_ptr<ProgressExchange>> ProgressExchange::connect(
-    boost::asio::io_context& io, const rdzv::ClientOptions& options, std::string jobId) {
-  DTRUN_ASSIGN_OR_RETURN(auto store, rdzv::connectStore(options));
+    boost::asio::io_context& io, const rdzv::StoreFactory& stores, std::string jobId) {
+  DTRUN_ASSIGN_OR_RETURN(auto store, stores());
   return std::unique_ptr<ProgressExchange>(
       new ProgressExchange(io, std::move(store), std::move(jobId)));
 }

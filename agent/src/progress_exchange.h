@@ -29,9 +29,9 @@ std::vector<RankProgress> decodeProgress(const std::string& text, std::int64_t n
 
 class ProgressExchange {
  public:
-  // Connects its own client to the job's store (`options`); jobId is the run id.
+  // Opens its own connection to the job's store (`stores`); jobId is the run id.
   static Result<std::unique_ptr<ProgressExchange>> connect(boost::asio::io_context& io,
-                                                           const rdzv::ClientOptions& options,
+                                                           const rdzv::StoreFactory& stores,
                                                            std::string jobId);
   ProgressExchange(const ProgressExchange&) = delete;
   ProgressExchange& operator=(const ProgressExchange&) = delete;

@@ -165,7 +165,7 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   env.groupRank = placement.groupRank;
   env.groupWorldSize = placement.groupWorldSize;
   env.restartCount = placement.restartCount;
-  env.masterAddr = config_.masterAddr;
+  env.masterAddr = placement.masterAddr.empty() ? config_.masterAddr : placement.masterAddr;
   env.masterPort = placement.masterPort;
   if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
     env.errorFile = (w.dir / "error.json").string();

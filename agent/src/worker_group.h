@@ -47,6 +47,7 @@ struct GroupPlacement {
   int groupRank = 0;
   int groupWorldSize = 1;
   int restartCount = 0;
+  std::string masterAddr;  // "" = the agent's --master_addr
   std::uint16_t masterPort = 0;
 };
 

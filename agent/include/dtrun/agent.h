@@ -33,8 +33,22 @@ struct StreamSelection {
   }
 };
 
+// --rdzv_backend=etcd: the rounds live in etcd (a keeper elected among the agents, leases for
+// liveness), and every agent serves a workers' store: the round's node 0's is the workers'.
+struct EtcdRendezvous {
+  std::vector<std::string> endpoints;  // "host:port" client URLs
+  std::string prefix;                  // the job's: every key it writes is under it
+  std::string caFile;                  // TLS when set: verify etcd with it
+  std::string certFile;                // the client certificate and key (both or neither)
+  std::string keyFile;
+  std::string user;  // etcd user/password auth when set
+  std::string password;
+  std::chrono::seconds leaseTtl{5};  // an agent silent this long is gone; its keeper replaced
+};
+
 // A job over several nodes (--nnodes with a maximum above 1): the agents rendezvous in rounds
-// through the store at masterAddr:storePort, which the agent with hostsStore serves.
+// through the store at masterAddr:storePort, which the agent with hostsStore serves (or, with
+// `etcd`, through etcd).
 struct MultiNodeConfig {
   int minNodes = 1;
   int maxNodes = 1;
@@ -50,6 +64,7 @@ struct MultiNodeConfig {
   std::chrono::milliseconds keepAliveInterval{5000};
   int keepAliveMaxAttempt = 3;
   std::chrono::milliseconds readTimeout{60000};  // a silent store is lost after this
+  std::optional<EtcdRendezvous> etcd;
 };
 
 // A program that cannot be run at all (not found, not executable): the shell's code, decided by

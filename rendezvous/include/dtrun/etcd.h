@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -137,5 +138,36 @@ class EtcdClient {
 // several may share one client.
 [[nodiscard]] Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client,
                                                            std::string prefix);
+
+// One agent's presence in a job whose rendezvous lives in etcd: its lease (kept alive on a thread
+// of its own), its key under "alive/" and its candidacy for the job's keeper. The agent that wins
+// the election (a lease-backed key, created only if absent) runs the keeper (runKeeper) and,
+// while it does, tells it of every agent whose lease ends (reportLost). When the keeper's agent
+// dies, its lease lapses, its leader key vanishes with it and a waiting candidate takes over
+// within the lease's TTL: the job loses no state, only the round the lost node was in.
+class EtcdPresence {
+ public:
+  EtcdPresence() = default;
+  EtcdPresence(const EtcdPresence&) = delete;
+  EtcdPresence& operator=(const EtcdPresence&) = delete;
+  EtcdPresence(EtcdPresence&&) = delete;
+  EtcdPresence& operator=(EtcdPresence&&) = delete;
+  // Stops the threads and revokes the lease: this agent's keys vanish at once.
+  virtual ~EtcdPresence() = default;
+
+  // `prefix`: the job's (every key of the job lives under it). `onLeaseLost`: called once, from
+  // another thread, when etcd says the lease is gone (this agent was presumed dead).
+  [[nodiscard]] static Result<std::unique_ptr<EtcdPresence>> start(
+      std::shared_ptr<EtcdClient> client, std::string prefix, std::string jobId,
+      std::string agentId, std::chrono::seconds leaseTtl,
+      std::function<void(const Status&)> onLeaseLost);
+
+  // Connections to the job's store (etcd under the prefix), for the round protocol and others.
+  [[nodiscard]] virtual StoreFactory stores() const = 0;
+  // Whether this agent runs the job's keeper now.
+  [[nodiscard]] virtual bool leads() const = 0;
+  // Removes every key of the job: the last act of the keeper's agent once the job is over.
+  virtual Status removeJobKeys() = 0;
+};
 
 }  // namespace dtrun::rdzv

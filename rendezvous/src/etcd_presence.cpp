@@ -1,0 +1,279 @@
+// An agent's lease, liveness key and candidacy for the keeper of an etcd-backed job. Three
+// threads: one keeps the lease alive, one campaigns and (once elected) runs the keeper, one
+// watches the other agents' liveness keys while this agent leads.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "dtrun/etcd.h"
+#include "dtrun/round.h"
+
+#include "log.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long one watch blocks before the thread looks at its stop flag (the watch itself returns
+// at once when something happens).
+constexpr milliseconds kWatchSlice{1000};
+
+class EtcdAgentPresence final : public EtcdPresence {
+ public:
+  EtcdAgentPresence(std::shared_ptr<EtcdClient> client, std::string prefix, std::string jobId,
+                    std::string agentId, std::chrono::seconds ttl,
+                    std::function<void(const Status&)> onLeaseLost)
+      : client_(std::move(client)),
+        prefix_(std::move(prefix)),
+        jobId_(std::move(jobId)),
+        agentId_(std::move(agentId)),
+        ttl_(ttl),
+        onLeaseLost_(std::move(onLeaseLost)),
+        aliveDir_(prefix_ + "dtrun/" + jobId_ + "/alive/"),
+        leaderKey_(prefix_ + "dtrun/" + jobId_ + "/keeper_leader") {}
+
+  EtcdAgentPresence(const EtcdAgentPresence&) = delete;
+  EtcdAgentPresence& operator=(const EtcdAgentPresence&) = delete;
+  EtcdAgentPresence(EtcdAgentPresence&&) = delete;
+  EtcdAgentPresence& operator=(EtcdAgentPresence&&) = delete;
+
+  ~EtcdAgentPresence() override {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+      stopFlag_ = true;
+    }
+    wake_.notify_all();
+    for (auto* t : {&keepAlive_, &campaign_, &watcher_}) {
+      if (t->joinable()) {
+        t->join();
+      }
+    }
+    if (lease_ != 0) {
+      if (auto s = client_->revokeLease(lease_); !s.isOk()) {
+        log::rdzv().debug("revoking this agent's etcd lease: {}", s.message());
+      }
+    }
+  }
+
+  Status start() {
+    DTRUN_ASSIGN_OR_RETURN(lease_, client_->grantLease(ttl_));
+    DTRUN_TRY(client_->put(aliveDir_ + agentId_, agentId_, lease_).status());
+    std::int64_t fromRevision = 0;
+    DTRUN_ASSIGN_OR_RETURN(const bool won, claim(fromRevision));
+    leads_ = won;
+    keepAlive_ = std::thread([this] { keepAliveLoop(); });
+    campaign_ = std::thread([this, won, fromRevision] { campaignLoop(won, fromRevision); });
+    return Status::ok();
+  }
+
+  [[nodiscard]] StoreFactory stores() const override {
+    return [client = client_, prefix = prefix_] { return makeEtcdStore(client, prefix); };
+  }
+
+  [[nodiscard]] bool leads() const override { return leads_.load(); }
+
+  Status removeJobKeys() override { return client_->erase(prefix_, true).status(); }
+
+ private:
+  // Renews the lease three times per TTL; a renewal that fails is retried until the lease is
+  // really gone (etcd says so, or a whole TTL passed without one that worked).
+  void keepAliveLoop() {
+    const auto every = std::chrono::duration_cast<milliseconds>(ttl_) / 3;
+    auto lastRenewed = std::chrono::steady_clock::now();
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, every, [this] { return stopping_; })) {
+      lock.unlock();
+      const Status s = client_->keepAlive(lease_);
+      const auto now = std::chrono::steady_clock::now();
+      lock.lock();
+      if (s.isOk()) {
+        lastRenewed = now;
+        continue;
+      }
+      if (s.code() == Errc::kNotFound || now - lastRenewed > ttl_) {
+        stopping_ = true;
+        stopFlag_ = true;
+        lock.unlock();
+        log::rdzv().error("job '{}': this agent's etcd lease is gone: {}", jobId_, s.message());
+        if (onLeaseLost_) {
+          onLeaseLost_(Status::connection("this agent's etcd lease expired (no keep-alive for " +
+                                          std::to_string(ttl_.count()) + " s): " + s.message()));
+        }
+        return;
+      }
+      log::rdzv().warn("job '{}': renewing the etcd lease: {}", jobId_, s.message());
+    }
+  }
+
+  [[nodiscard]] bool stopping() {
+    const std::lock_guard lock(mutex_);
+    return stopping_;
+  }
+
+  // Creates the leader key with this agent's lease unless one exists: true when this agent
+  // leads now. `fromRevision` gets the revision to watch the key from.
+  Result<bool> claim(std::int64_t& fromRevision) {
+    EtcdCompare absent;
+    absent.key = leaderKey_;
+    absent.target = EtcdCompare::Target::kCreateRevision;
+    absent.number = 0;
+    EtcdOp put;
+    put.type = EtcdOp::Type::kPut;
+    put.key = leaderKey_;
+    put.value = agentId_;
+    put.lease = lease_;
+    EtcdOp read;
+    read.key = leaderKey_;
+    DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({absent}, {put}, {read}));
+    fromRevision = txn.revision + 1;
+    if (txn.succeeded) {
+      return true;
+    }
+    // Ours already: a retried request whose first try had succeeded.
+    const auto& held = txn.gets;
+    return !held.empty() && !held.front().empty() && held.front().front().value == agentId_;
+  }
+
+  // The first claim was made by start(); until this agent leads, it waits for the leader key to
+  // go (its owner's lease ended) and claims it again.
+  void campaignLoop(bool won, std::int64_t fromRevision) {
+    while (!won && !stopping()) {
+      waitForVacancy(fromRevision);
+      auto claimed = claim(fromRevision);
+      if (!claimed.isOk()) {
+        log::rdzv().warn("job '{}': campaigning for the keeper: {}", jobId_,
+                         claimed.status().message());
+        waitABit();
+        continue;
+      }
+      won = claimed.value();
+    }
+    if (won && !stopping()) {
+      lead();
+    }
+  }
+
+  void waitForVacancy(std::int64_t fromRevision) {
+    while (!stopping()) {
+      auto events = client_->watch(leaderKey_, false, fromRevision, kWatchSlice, &stopFlag_);
+      if (!events.isOk()) {
+        waitABit();
+        return;
+      }
+      for (const auto& e : events.value()) {
+        if (e.type == EtcdEvent::Type::kDelete) {
+          return;
+        }
+        fromRevision = e.kv.modRevision + 1;
+      }
+    }
+  }
+
+  void lead() {
+    leads_ = true;
+    log::rdzv().info("job '{}': this agent ({}) runs the keeper", jobId_, agentId_);
+    auto store = makeEtcdStore(client_, prefix_);
+    if (!store.isOk()) {
+      log::rdzv().error("job '{}': the keeper cannot reach etcd: {}", jobId_,
+                        store.status().message());
+      return;
+    }
+    watcher_ = std::thread([this] { watchLiveness(); });
+    KeeperOptions options;
+    options.aliveAgents = [this] { return aliveAgents(); };
+    if (auto s = runKeeper(std::move(store).value(), jobId_, options, stopFlag_);
+        !s.isOk() && s.code() != Errc::kCancelled) {
+      log::rdzv().error("job '{}': {}", jobId_, s.message());
+    }
+  }
+
+  Result<std::vector<std::string>> aliveAgents() {
+    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(aliveDir_, 0, false, true));
+    std::vector<std::string> ids;
+    ids.reserve(range.kvs.size());
+    for (const auto& kv : range.kvs) {
+      ids.push_back(kv.key.substr(aliveDir_.size()));
+    }
+    return ids;
+  }
+
+  // While this agent leads: every liveness key that vanishes is an agent gone.
+  void watchLiveness() {
+    auto store = makeEtcdStore(client_, prefix_);
+    if (!store.isOk()) {
+      log::rdzv().error("job '{}': watching the agents' leases: {}", jobId_,
+                        store.status().message());
+      return;
+    }
+    std::int64_t from = 0;
+    while (!stopping()) {
+      if (from == 0) {
+        auto range = client_->getPrefix(aliveDir_, 1, false, true);
+        if (!range.isOk()) {
+          waitABit();
+          continue;
+        }
+        from = range.value().revision + 1;
+      }
+      auto events = client_->watch(aliveDir_, true, from, kWatchSlice, &stopFlag_);
+      if (!events.isOk()) {
+        from = 0;  // e.g. compacted: start again from now (the keeper's heartbeats cover gaps)
+        waitABit();
+        continue;
+      }
+      for (const auto& e : events.value()) {
+        from = std::max(from, e.kv.modRevision + 1);
+        if (e.type != EtcdEvent::Type::kDelete) {
+          continue;
+        }
+        const auto id = e.kv.key.substr(aliveDir_.size());
+        const std::string why = "its etcd lease ended (the agent exited or its node is lost)";
+        if (auto s = reportLost(*store.value(), jobId_, id, why); !s.isOk()) {
+          log::rdzv().warn("job '{}': telling the keeper that {} is gone: {}", jobId_, id,
+                           s.message());
+        }
+      }
+    }
+  }
+
+  void waitABit() {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, milliseconds(200), [this] { return stopping_; });
+  }
+
+  std::shared_ptr<EtcdClient> client_;
+  std::string prefix_;
+  std::string jobId_;
+  std::string agentId_;
+  std::chrono::seconds ttl_;
+  std::function<void(const Status&)> onLeaseLost_;
+  std::string aliveDir_;
+  std::string leaderKey_;
+  std::int64_t lease_ = 0;
+  std::atomic<bool> leads_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  // Mirrors stopping_ for the calls that take an atomic flag (watch, the keeper).
+  std::atomic<bool> stopFlag_{false};
+  std::thread keepAlive_;
+  std::thread campaign_;
+  std::thread watcher_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EtcdPresence>> EtcdPresence::start(
+    std::shared_ptr<EtcdClient> client, std::string prefix, std::string jobId, std::string agentId,
+    std::chrono::seconds leaseTtl, std::function<void(const Status&)> onLeaseLost) {
+  auto presence = std::make_unique<EtcdAgentPresence>(std::move(client), std::move(prefix),
+                                                      std::move(jobId), std::move(agentId),
+                                                      leaseTtl, std::move(onLeaseLost));
+  DTRUN_TRY(presence->start());
+  return std::unique_ptr<EtcdPresence>(std::move(presence));
+}
+
+}  // namespace dtrun::rdzv
