@@ -109,6 +109,8 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   self.nodeRankHint = multi.nodeRank;
   self.schedulerOrder = multi.schedulerOrder;
   if (multi.etcd) {
+    // Other nodes' workers reach this node's store at its --local_addr (or its name).
+    self.host = config.masterAddr;
     self.workerStorePort = store != nullptr ? store->port() : 0;
     return connectEtcdJob(config, multi, std::move(self), std::move(onLeaseLost));
   }

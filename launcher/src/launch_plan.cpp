@@ -8,6 +8,7 @@
 
 #include "dtrun/scheduler.h"
 
+#include "etcd_options.h"
 #include "option_table.h"
 #include "placement_options.h"
 #include "plan_text.h"
@@ -71,10 +72,11 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
   const auto localAddr = options.find("local_addr");
   const auto masterAddr = options.find("master_addr");
   const auto masterPort = options.find("master_port");
-  if (backend.text != "static" && backend.text != "c10d") {
+  const bool etcd = isEtcdBackend(backend.text);
+  if (backend.text != "static" && backend.text != "c10d" && !etcd) {
     return expected(backend,
-                    "static or c10d (etcd and etcd-v2 need an etcd server: c10d with "
-                    "--rdzv_endpoint does the same on dtrun's own store)");
+                    "static, c10d or etcd (etcd-v2 speaks etcd's old v2 API, which current etcd "
+                    "no longer serves: --rdzv_backend=etcd speaks v3)");
   }
   std::optional<int> port;
   if (masterPort) {
@@ -82,7 +84,7 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
     port = parsed;
   }
   std::optional<Endpoint> parsedEndpoint;
-  if (endpoint && !trim(endpoint->text).empty() && !standalone) {
+  if (endpoint && !trim(endpoint->text).empty() && !standalone && !etcd) {
     parsedEndpoint = parseEndpoint(endpoint->text);
     if (!parsedEndpoint) {
       return expected(*endpoint, "host[:port] or [ipv6]:port with a port from 0 to 65535");
@@ -103,6 +105,18 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
     config.masterAddr = localAddr ? localAddr->text : "127.0.0.1";
     config.storePort = 0;
     plan.rdzvEndpoint = "localhost:0";
+  } else if (etcd) {
+    // Every agent serves a workers' store (on --master_port, else a free port); the round's
+    // node 0's is MASTER_ADDR:MASTER_PORT, reached at this address (--local_addr or the name).
+    plan.rdzvBackend = "etcd";
+    if (!endpoint || trim(endpoint->text).empty()) {
+      return Status::invalidArgument(
+          "--rdzv_endpoint: the etcd backend needs etcd's client URLs, e.g. "
+          "--rdzv_endpoint=127.0.0.1:2379 (several joined by commas)");
+    }
+    config.masterAddr = localAddr ? localAddr->text : host.hostName;
+    config.storePort = static_cast<std::uint16_t>(port.value_or(0));
+    plan.rdzvEndpoint = std::string(trim(endpoint->text));
   } else if (backend.text == "static") {
     plan.rdzvBackend = "static";
     if (parsedEndpoint) {
@@ -155,6 +169,11 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
       config.storePort = kDefaultStaticPort;
       plan.rdzvEndpoint = joinHostPort(config.masterAddr, config.storePort);
     }
+  } else if (plan.rdzvBackend == "etcd") {
+    multi.nodeRank = explicitRank ? nodeRank : -1;
+    DTRUN_ASSIGN_OR_RETURN(
+        multi.etcd, resolveEtcd(plan.rdzvEndpoint, plan.rdzvConf, config.runId,
+                                options.env("DTRUN_ETCD_PASSWORD").value_or("")));
   } else {
     multi.nodeRank = explicitRank ? nodeRank : -1;
     const auto endpointHost = plan.rdzvEndpoint.substr(0, plan.rdzvEndpoint.rfind(':'));
@@ -194,7 +213,7 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
       multi.hostsStore = value == "1" || value == "true" || value == "True";
       multi.hostGuessed = false;
     } else if (key == "heartbeat_timeout" || key == "use_agent_store" || key == "token" ||
-               key == "token_file") {
+               key == "token_file" || (multi.etcd && isEtcdConfKey(key))) {
       // torchrun's per-operation heartbeat deadline and store sharing: dtrun's heartbeats are
       // one-way messages and its agents always share their store. The token is
       // resolveStoreToken's, for one node as for many.
@@ -595,7 +614,8 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   plan.rdzvConf = std::move(rdzvConf);
   DTRUN_ASSIGN_OR_RETURN(auto token, resolveStoreToken(plan.rdzvConf, host));
   config.storeToken = std::move(token);
-  if (plan.maxNodes > 1) {
+  // etcd: a job of one node still meets (and can be joined) through etcd.
+  if (plan.maxNodes > 1 || plan.rdzvBackend == "etcd") {
     if (standalone) {
       return expected(nnodesSetting, "1 with --standalone (one node by definition)");
     }
