@@ -64,6 +64,9 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
 }
 
 int startupExitCode(const Status& error) {
+  if (error.code() == Errc::kDenied) {
+    return 2;  // refused credentials (etcd's password, a TLS certificate): a setting to fix
+  }
   return error.code() == Errc::kNotFound ? kExitCannotRun : 1;
 }
 

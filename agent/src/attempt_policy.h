@@ -69,7 +69,8 @@ struct Decision {
 Decision decideAfterAttempt(const AttemptEnd& end);
 
 // What a node exits with when it could not start (its store, its run directory, its workers):
-// 127 when the program cannot be run (kNotFound), else 1.
+// 127 when the program cannot be run (kNotFound), 2 when credentials were refused (kDenied:
+// a wrong store token, etcd password or TLS certificate), else 1.
 int startupExitCode(const Status& error);
 
 }  // namespace dtrun::agent::detail
