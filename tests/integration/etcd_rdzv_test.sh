@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# dtrun's etcd backend against a real 3-member etcd cluster (Debian's etcd-server) on loopback:
+#   bash tests/integration/etcd_rdzv_test.sh /abs/path/to/build/launcher/dtrun
+# Scenarios:
+#   three    3 agents form a job: unmodified torch 1.13 gloo ranks bootstrap through node 0's
+#            workers' store (MASTER_ADDR/MASTER_PORT from the round); every worker's environment
+#   member   kill -9 of one etcd member while the job runs: nothing restarts
+#   keeper   kill -9 of the agent that runs the keeper and serves the workers' store, in a
+#            --nnodes=2:3 job with --max_restarts=1: the two survivors re-rendezvous with a new
+#            keeper and a new workers' store host, and finish; the report says what happened
+#   elastic  a late node grows a 2:3 job; a spare of a 2:2 job takes a lost node's place
+#   tls      TLS with a client certificate (good), a wrong CA (one line, exit 2)
+#   auth     user/password (good), a wrong password (one line, exit 2)
+# After every scenario: no key of the job is left in etcd. Every agent runs with --local_addr
+# 127.0.0.<n> so that the node serving the workers' store shows in MASTER_ADDR.
+set -euo pipefail
+
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" etcd_rdzv_test "$@"
+# shellcheck source=lib/wait_agent.sh
+source "$HERE/lib/wait_agent.sh"
+# shellcheck source=lib/etcd_cluster.sh
+source "$HERE/lib/etcd_cluster.sh"
+WORKER=$HERE/workers/node_worker.sh
+FAST=keep_alive_interval=0.5,keep_alive_max_attempt=4,read_timeout=5,last_call_timeout=1
+FAST=$FAST,close_timeout=5,lease_ttl=2
+
+declare -A pid_of=() started_at=()
+start() {  # <name> <dtrun args...>
+  local name=$1
+  shift
+  "$DTRUN" --log_dir="$work/logs/$name" "$@" >"$work/$name.out" 2>&1 &
+  pid_of[$name]=$!
+  started_at[$name]=$SECONDS
+  pids+=("$!")
+}
+rc=0
+finish() { wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT)); }
+expect_rc() {  # <name> <code>
+  finish "$1"
+  if [[ $rc -ne $2 ]]; then
+    note_fail "$1: exit code $rc, expected $2"
+    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
+    return 1
+  fi
+}
+logs_of() { find "$work/logs/$1" -path "*/$2/*/stdout.log" 2>/dev/null | sort; }
+env_lines() { cat "$@" 2>/dev/null | grep -h '^ENV ' || true; }
+field() { sed -E "s/.* $1=([^ ]*).*/\1/"; }
+wait_for() {  # <seconds> <command...>: true once the command succeeds
+  local until=$((SECONDS + $1))
+  shift
+  while ((SECONDS < until)); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }  # <from> <to>, seconds
+etcdctl3() { ETCDCTL_API=3 etcdctl --endpoints="$ETCD_ENDPOINTS" "${ETCD_CTL_AUTH[@]}" "$@"; }
+ETCD_CTL_AUTH=()
+no_keys_left() {  # <scenario> <job id>
+  local keys
+  keys=$(etcdctl3 get --prefix "/dtrun/$2/" --keys-only 2>&1 | grep -c . || true)
+  [[ $keys -eq 0 ]] && pass "$1: no key of job '$2' left in etcd" ||
+    note_fail "$1: $keys key(s) of job '$2' left in etcd: $(etcdctl3 get --prefix "/dtrun/$2/" --keys-only | head -5 | tr '\n' ' ')"
+}
+
+etcd_cluster_start 3
+ENDPOINTS=$ETCD_ENDPOINTS
+common() {  # <job id> <nnodes>: the options every agent of a job shares
+  echo --rdzv_backend=etcd --rdzv_endpoint="$ENDPOINTS" --rdzv_id="$1" --nnodes="$2" \
+    --rdzv_conf="$FAST" --no_python
+}
+
+# --- three: torch ranks bootstrap through node 0's workers' store ----------------------------
+for i in 0 1 2; do
+  # shellcheck disable=SC2046
+  start "three_$i" $(common three 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=$((i % 2 + 1)) \
+    "$PYTHON" "$HERE/torch_gloo_rank.py"
+done
+ok=0
+for i in 0 1 2; do expect_rc "three_$i" 0 || ok=1; done
+if [[ $ok -eq 0 ]]; then
+  pass "three: 3 agents through etcd, 4 unmodified torch gloo ranks bootstrapped and all_reduced"
+fi
+no_keys_left three three
+for i in 0 1 2; do
+  start "env_$i" $(common envs 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=$((i % 2 + 1)) \
+    --node_rank="$i" "$WORKER" env
+done
+ok=0
+for i in 0 1 2; do expect_rc "env_$i" 0 || ok=1; done
+if [[ $ok -eq 0 ]]; then
+  mapfile -t files < <(for i in 0 1 2; do logs_of "env_$i" attempt_0; done)
+  lines=$(env_lines "${files[@]}")
+  ranks=$(field RANK <<<"$lines" | sort -n | tr '\n' ' ')
+  masters=$(sed -E 's/.* MASTER_ADDR=([^ ]*) MASTER_PORT=([^ ]*).*/\1:\2/' <<<"$lines" | sort -u)
+  groups=$(field GROUP_RANK <<<"$lines" | sort -nu | tr '\n' ' ')
+  if [[ $ranks == "0 1 2 3 " && $groups == "0 1 2 " && $(wc -l <<<"$masters") -eq 1 &&
+    $masters == 127.0.0.1:* ]]; then
+    pass "three: ranks 0-3, node ranks 0-2, one MASTER_ADDR:MASTER_PORT ($masters, node 0's)"
+  else
+    note_fail "three: ranks '$ranks', node ranks '$groups', masters '$masters'"
+  fi
+fi
+no_keys_left envs envs
+
+# --- member: kill -9 of one etcd member while the job runs ----------------------------------
+marker=$work/member.go
+for i in 0 1 2; do
+  start "member_$i" $(common member 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+done
+if wait_for 30 bash -c "[[ \$(cat $work/logs/member_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+  etcd_kill_member 2
+  sleep 3  # longer than the lease TTL: a member's loss must not cost any agent its lease
+  touch "$marker"
+  ok=0
+  for i in 0 1 2; do expect_rc "member_$i" 0 || ok=1; done
+  restarts=$(find "$work/logs" -path '*member_*' -name 'attempt_1*' | wc -l)
+  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
+    pass "member: kill -9 of one of 3 etcd members while the job ran: nothing restarted" ||
+    note_fail "member: agents failed or restarted ($restarts attempt_1 directories)"
+else
+  note_fail "member: the job never started"
+fi
+no_keys_left member member
+etcd_cluster_stop
+etcd_cluster_start 3
+ENDPOINTS=$ETCD_ENDPOINTS
+
+# --- keeper: kill -9 of the agent with the keeper and the workers' store -------------------
+marker=$work/keeper.go
+start keeper_0 $(common keeper 2:3) --local_addr=127.0.0.1 --max_restarts=1 --nproc_per_node=1 \
+  --report="$work/keeper_0.json" "$WORKER" wait "$marker"
+wait_for 10 grep -q "runs the keeper" "$work/keeper_0.out" ||
+  note_fail "keeper: the first agent did not say it runs the keeper"
+for i in 1 2; do
+  start "keeper_$i" $(common keeper 2:3) --local_addr=127.0.0.$((i + 1)) --max_restarts=1 \
+    --nproc_per_node=1 --report="$work/keeper_$i.json" "$WORKER" wait "$marker"
+done
+if wait_for 30 bash -c "[[ \$(cat $work/logs/keeper_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+  before=$(env_lines $(logs_of keeper_1 attempt_0) | sed -E 's/.* MASTER_ADDR=([^ ]*) MASTER_PORT=([^ ]*).*/\1:\2/')
+  killed_at=$(date +%s.%N)
+  kill -9 "${pid_of[keeper_0]}"
+  finish keeper_0
+  if wait_for 20 grep -q "runs the keeper" "$work/keeper_1.out" "$work/keeper_2.out" 2>/dev/null; then
+    took_over=$(date +%s.%N)
+    pass "keeper: a survivor took over the keeper $(since "$killed_at" "$took_over") s after kill -9 (lease TTL 2 s)"
+  fi
+  # The survivors' next attempt: wait for its workers, then let them finish.
+  wait_for 30 bash -c "cat $work/logs/keeper_[12]/*/*/*/stdout.log 2>/dev/null | grep '^ENV' | grep -qv 'MASTER_ADDR=127.0.0.1 '" || true
+  restarted_at=$(date +%s.%N)
+  touch "$marker"
+  ok=0
+  for i in 1 2; do expect_rc "keeper_$i" 0 || ok=1; done
+  after=$(cat "$work"/logs/keeper_[12]/*/*/*/stdout.log 2>/dev/null | grep '^ENV' |
+    sed -E 's/.* MASTER_ADDR=([^ ]*) MASTER_PORT=([^ ]*).*/\1:\2/' | grep -v "^$before\$" | sort -u)
+  if [[ $ok -eq 0 && -n $after && $after != 127.0.0.1:* ]]; then
+    pass "keeper: the two survivors re-rendezvoused (workers again $(since "$killed_at" "$restarted_at") s after the kill) with the workers' store moved from $before to $after, and finished"
+  else
+    note_fail "keeper: survivors exited non-zero or the workers' store did not move (before $before, after '$after')"
+  fi
+  report=$(ls "$work"/keeper_[12].json 2>/dev/null | xargs grep -l node_reports 2>/dev/null | head -1)
+  if [[ -n $report ]] && grep -q "lost" "$report"; then
+    pass "keeper: the new keeper's node wrote the job's report, which says a node was lost"
+  else
+    note_fail "keeper: no job report naming the lost node ($(ls "$work"/keeper_*.json 2>/dev/null | tr '\n' ' '))"
+  fi
+else
+  note_fail "keeper: the job never started"
+fi
+no_keys_left keeper keeper
+
+# --- elastic: a late node grows the job; a spare replaces a lost node ------------------------
+for i in 0 1; do
+  start "grow_$i" $(common grow 2:3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" grow 3
+done
+wait_for 30 bash -c "[[ \$(cat $work/logs/grow_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 2 ]]" || true
+start grow_2 $(common grow 2:3) --local_addr=127.0.0.3 --nproc_per_node=1 "$WORKER" grow 3
+ok=0
+for i in 0 1 2; do expect_rc "grow_$i" 0 || ok=1; done
+[[ $ok -eq 0 ]] && pass "elastic: a late third node grew a 2:3 job, which finished with 3 nodes"
+no_keys_left elastic grow
+
+marker=$work/spare.go
+for i in 0 1 2; do
+  start "spare_$i" $(common spare 2) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+  sleep 0.3
+done
+if wait_for 30 grep -q "waiting as a spare" "$work/spare_2.out"; then
+  kill -9 "${pid_of[spare_1]}"
+  finish spare_1
+  wait_for 30 bash -c "[[ -n \$(logs_of spare_2 attempt_0) ]]" || true
+  touch "$marker"
+  ok=0
+  for i in 0 2; do expect_rc "spare_$i" 0 || ok=1; done
+  [[ $ok -eq 0 && -n $(logs_of spare_2 attempt_0) ]] &&
+    pass "elastic: the spare took the place of a killed node" ||
+    note_fail "elastic: the spare did not take over"
+else
+  note_fail "elastic: the third node of a 2-node job did not wait as a spare"
+fi
+no_keys_left spare spare
+etcd_cluster_stop
+
+# --- tls: client certificates; a wrong CA -----------------------------------------------------
+etcd_cluster_start 3 --tls
+ENDPOINTS=$ETCD_ENDPOINTS
+ETCD_CTL_AUTH=(--cacert="$ETCD_CA" --cert="$ETCD_CERT" --key="$ETCD_KEY")
+FAST_TLS=$FAST,cacert=$ETCD_CA,cert=$ETCD_CERT,key=$ETCD_KEY
+for i in 0 1; do
+  start "tls_$i" --rdzv_backend=etcd --rdzv_endpoint="$ENDPOINTS" --rdzv_id=tls --nnodes=2 \
+    --rdzv_conf="$FAST_TLS" --no_python --local_addr=127.0.0.$((i + 1)) "$WORKER" env
+done
+ok=0
+for i in 0 1; do expect_rc "tls_$i" 0 || ok=1; done
+[[ $ok -eq 0 ]] && pass "tls: 2 agents through etcd over TLS with client certificates"
+no_keys_left tls tls
+start tls_bad --rdzv_backend=etcd --rdzv_endpoint="$ENDPOINTS" --rdzv_id=tlsbad --nnodes=2 \
+  --rdzv_conf="$FAST,cacert=$ETCD_WRONG_CA,cert=$ETCD_CERT,key=$ETCD_KEY" --no_python "$WORKER" env
+if expect_rc tls_bad 2; then
+  lines=$(grep -c '^dtrun: ' "$work/tls_bad.out" || true)
+  [[ $lines -eq 1 ]] && pass "tls: a wrong CA is one line and exit 2: $(grep '^dtrun: ' "$work/tls_bad.out")" ||
+    note_fail "tls: a wrong CA gave $lines dtrun: lines: $(cat "$work/tls_bad.out")"
+fi
+etcd_cluster_stop
+
+# --- auth: user and password ------------------------------------------------------------------
+etcd_cluster_start 3 --auth
+ENDPOINTS=$ETCD_ENDPOINTS
+ETCD_CTL_AUTH=(--user="$ETCD_USER:$ETCD_PASSWORD")
+for i in 0 1; do
+  DTRUN_ETCD_PASSWORD=$ETCD_PASSWORD start "auth_$i" --rdzv_backend=etcd \
+    --rdzv_endpoint="$ENDPOINTS" --rdzv_id=auth --nnodes=2 --rdzv_conf="$FAST,user=$ETCD_USER" \
+    --no_python --local_addr=127.0.0.$((i + 1)) "$WORKER" env
+done
+ok=0
+for i in 0 1; do expect_rc "auth_$i" 0 || ok=1; done
+[[ $ok -eq 0 ]] && pass "auth: 2 agents through etcd with user/password auth"
+no_keys_left auth auth
+start auth_bad --rdzv_backend=etcd --rdzv_endpoint="$ENDPOINTS" --rdzv_id=authbad --nnodes=2 \
+  --rdzv_conf="$FAST,user=$ETCD_USER,password=wrong-$$" --no_python "$WORKER" env
+if expect_rc auth_bad 2; then
+  lines=$(grep -c '^dtrun: ' "$work/auth_bad.out" || true)
+  [[ $lines -eq 1 ]] && pass "auth: a wrong password is one line and exit 2: $(grep '^dtrun: ' "$work/auth_bad.out")" ||
+    note_fail "auth: a wrong password gave $lines dtrun: lines: $(cat "$work/auth_bad.out")"
+fi
+etcd_cluster_stop
+
+end_test
