@@ -40,17 +40,7 @@ class EtcdAgentPresence final : public EtcdPresence {
   EtcdAgentPresence& operator=(EtcdAgentPresence&&) = delete;
 
   ~EtcdAgentPresence() override {
-    {
-      const std::lock_guard lock(mutex_);
-      stopping_ = true;
-      stopFlag_ = true;
-    }
-    wake_.notify_all();
-    for (auto* t : {&keepAlive_, &campaign_, &watcher_}) {
-      if (t->joinable()) {
-        t->join();
-      }
-    }
+    stopThreads();
     if (lease_ != 0) {
       if (auto s = client_->revokeLease(lease_); !s.isOk()) {
         log::rdzv().debug("revoking this agent's etcd lease: {}", s.message());
@@ -75,7 +65,11 @@ class EtcdAgentPresence final : public EtcdPresence {
 
   [[nodiscard]] bool leads() const override { return leads_.load(); }
 
-  Status removeJobKeys() override { return client_->erase(prefix_, true).status(); }
+  // The watcher first: deleting the liveness keys must not read as agents lost.
+  Status removeJobKeys() override {
+    stopThreads();
+    return client_->erase(prefix_, true).status();
+  }
 
  private:
   // Renews the lease three times per TTL; a renewal that fails is retried until the lease is
@@ -105,6 +99,20 @@ class EtcdAgentPresence final : public EtcdPresence {
         return;
       }
       log::rdzv().warn("job '{}': renewing the etcd lease: {}", jobId_, s.message());
+    }
+  }
+
+  void stopThreads() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+      stopFlag_ = true;
+    }
+    wake_.notify_all();
+    for (auto* t : {&keepAlive_, &campaign_, &watcher_}) {
+      if (t->joinable()) {
+        t->join();
+      }
     }
   }
 

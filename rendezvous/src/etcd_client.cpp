@@ -1,0 +1,516 @@
+// EtcdClient over etcd's v3 JSON gateway: each call one POST (etcd_http.h) to the first endpoint
+// that answers, keys and values in base64, 64-bit numbers as JSON strings.
+#include <mutex>
+
+#include <openssl/evp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrun/etcd.h"
+
+#include "etcd_http.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using nlohmann::json;
+using detail::EtcdHttp;
+using Clock = EtcdHttp::Clock;
+using std::chrono::milliseconds;
+
+std::string base64(std::string_view in) {
+  std::string out(4 * ((in.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::optional<std::string> unbase64(std::string_view in) {
+  if (in.size() % 4 != 0) {
+    return std::nullopt;
+  }
+  std::string out(3 * in.size() / 4, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  if (n < 0) {
+    return std::nullopt;
+  }
+  std::size_t size = static_cast<std::size_t>(n);
+  for (auto it = in.rbegin(); it != in.rend() && *it == '='; ++it) {
+    --size;  // EVP_DecodeBlock counts the padding as zero bytes
+  }
+  out.resize(size);
+  return out;
+}
+
+// The first key after every key that starts with `prefix`: etcd's range_end for a prefix.
+std::string prefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& last = prefix.back();
+    if (static_cast<unsigned char>(last) != 0xff) {
+      last = static_cast<char>(static_cast<unsigned char>(last) + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+std::int64_t number(const json& j, const char* name) {
+  if (!j.is_object() || !j.contains(name)) {
+    return 0;  // proto3's JSON leaves zero values out
+  }
+  const json& v = j.at(name);
+  if (v.is_string()) {
+    return std::stoll(v.get<std::string>());
+  }
+  return v.is_number() ? v.get<std::int64_t>() : 0;
+}
+
+EtcdKeyValue keyValue(const json& j) {
+  EtcdKeyValue kv;
+  kv.key = unbase64(j.value("key", "")).value_or("");
+  kv.value = unbase64(j.value("value", "")).value_or("");
+  kv.createRevision = number(j, "create_revision");
+  kv.modRevision = number(j, "mod_revision");
+  kv.version = number(j, "version");
+  kv.lease = number(j, "lease");
+  return kv;
+}
+
+std::vector<EtcdKeyValue> keyValues(const json& j) {
+  std::vector<EtcdKeyValue> kvs;
+  if (j.is_object() && j.contains("kvs")) {
+    for (const auto& kv : j.at("kvs")) {
+      kvs.push_back(keyValue(kv));
+    }
+  }
+  return kvs;
+}
+
+std::int64_t headerRevision(const json& j) {
+  return j.is_object() && j.contains("header") ? number(j.at("header"), "revision") : 0;
+}
+
+json rangeRequest(std::string_view key, bool prefix) {
+  json r = {{"key", base64(key)}};
+  if (prefix) {
+    r["range_end"] = base64(prefixEnd(std::string(key)));
+  }
+  return r;
+}
+
+const char* targetName(EtcdCompare::Target t) {
+  switch (t) {
+    case EtcdCompare::Target::kVersion:
+      return "VERSION";
+    case EtcdCompare::Target::kCreateRevision:
+      return "CREATE";
+    case EtcdCompare::Target::kModRevision:
+      return "MOD";
+    case EtcdCompare::Target::kValue:
+      return "VALUE";
+    case EtcdCompare::Target::kLease:
+      return "LEASE";
+  }
+  return "VERSION";
+}
+
+const char* opName(EtcdCompare::Op op) {
+  switch (op) {
+    case EtcdCompare::Op::kEqual:
+      return "EQUAL";
+    case EtcdCompare::Op::kNotEqual:
+      return "NOT_EQUAL";
+    case EtcdCompare::Op::kGreater:
+      return "GREATER";
+    case EtcdCompare::Op::kLess:
+      return "LESS";
+  }
+  return "EQUAL";
+}
+
+json compareJson(const EtcdCompare& c) {
+  json j = {{"key", base64(c.key)}, {"target", targetName(c.target)}, {"result", opName(c.op)}};
+  switch (c.target) {
+    case EtcdCompare::Target::kVersion:
+      j["version"] = std::to_string(c.number);
+      break;
+    case EtcdCompare::Target::kCreateRevision:
+      j["create_revision"] = std::to_string(c.number);
+      break;
+    case EtcdCompare::Target::kModRevision:
+      j["mod_revision"] = std::to_string(c.number);
+      break;
+    case EtcdCompare::Target::kValue:
+      j["value"] = base64(c.value);
+      break;
+    case EtcdCompare::Target::kLease:
+      j["lease"] = std::to_string(c.number);
+      break;
+  }
+  return j;
+}
+
+json opJson(const EtcdOp& op) {
+  switch (op.type) {
+    case EtcdOp::Type::kPut: {
+      json put = {{"key", base64(op.key)}, {"value", base64(op.value)}};
+      if (op.lease != 0) {
+        put["lease"] = std::to_string(op.lease);
+      }
+      return {{"request_put", put}};
+    }
+    case EtcdOp::Type::kDelete:
+      return {{"request_delete_range", rangeRequest(op.key, op.prefix)}};
+    case EtcdOp::Type::kGet:
+      return {{"request_range", rangeRequest(op.key, op.prefix)}};
+  }
+  return {};
+}
+
+// etcd's own words for a failed call: {"error": "...", "code": N, "message": "..."}.
+std::string etcdMessage(const std::string& body) {
+  try {
+    const json j = json::parse(body);
+    if (j.is_object()) {
+      const json& e = j.contains("error") && j.at("error").is_object() ? j.at("error") : j;
+      if (e.contains("message") && e.at("message").is_string()) {
+        return e.at("message").get<std::string>();
+      }
+      if (e.contains("error") && e.at("error").is_string()) {
+        return e.at("error").get<std::string>();
+      }
+    }
+  } catch (const json::exception&) {
+  }
+  return body.substr(0, 200);
+}
+
+class GatewayClient final : public EtcdClient {
+ public:
+  GatewayClient(EtcdOptions options, std::unique_ptr<EtcdHttp> http)
+      : options_(std::move(options)), http_(std::move(http)) {
+    for (auto& e : options_.endpoints) {
+      for (const char* scheme : {"https://", "http://"}) {
+        if (e.starts_with(scheme)) {
+          e.erase(0, std::string_view(scheme).size());
+        }
+      }
+      while (e.ends_with('/')) {
+        e.pop_back();
+      }
+    }
+  }
+
+  Status start() {
+    if (options_.endpoints.empty()) {
+      return Status::invalidArgument("etcd: no endpoint (give etcd's client URLs, host:port)");
+    }
+    if (!options_.user.empty()) {
+      return authenticate();
+    }
+    // Reach one endpoint now: a wrong address or CA fails here, with one line.
+    return call("/v3/maintenance/status", json::object()).status();
+  }
+
+  Result<std::optional<EtcdKeyValue>> get(std::string_view key) override {
+    DTRUN_ASSIGN_OR_RETURN(auto reply, call("/v3/kv/range", rangeRequest(key, false)));
+    auto kvs = keyValues(reply);
+    if (kvs.empty()) {
+      return std::optional<EtcdKeyValue>();
+    }
+    return std::optional<EtcdKeyValue>(std::move(kvs.front()));
+  }
+
+  Result<EtcdRange> getPrefix(std::string_view prefix, std::int64_t limit, bool byCreateRevision,
+                              bool keysOnly) override {
+    json request = rangeRequest(prefix, true);
+    if (limit > 0) {
+      request["limit"] = std::to_string(limit);
+    }
+    if (byCreateRevision) {
+      request["sort_target"] = "CREATE";
+      request["sort_order"] = "ASCEND";
+    }
+    if (keysOnly) {
+      request["keys_only"] = true;
+    }
+    DTRUN_ASSIGN_OR_RETURN(auto reply, call("/v3/kv/range", request));
+    EtcdRange range;
+    range.kvs = keyValues(reply);
+    range.revision = headerRevision(reply);
+    range.count = number(reply, "count");
+    return range;
+  }
+
+  Result<std::int64_t> put(std::string_view key, std::string_view value,
+                           std::int64_t lease) override {
+    json request = {{"key", base64(key)}, {"value", base64(value)}};
+    if (lease != 0) {
+      request["lease"] = std::to_string(lease);
+    }
+    DTRUN_ASSIGN_OR_RETURN(auto reply, call("/v3/kv/put", request));
+    return headerRevision(reply);
+  }
+
+  Result<std::int64_t> erase(std::string_view key, bool prefix) override {
+    DTRUN_ASSIGN_OR_RETURN(auto reply, call("/v3/kv/deleterange", rangeRequest(key, prefix)));
+    return number(reply, "deleted");
+  }
+
+  Result<EtcdTxnResult> txn(const std::vector<EtcdCompare>& compares,
+                            const std::vector<EtcdOp>& success,
+                            const std::vector<EtcdOp>& failure) override {
+    json request = {{"compare", json::array()}, {"success", json::array()},
+                    {"failure", json::array()}};
+    for (const auto& c : compares) {
+      request["compare"].push_back(compareJson(c));
+    }
+    for (const auto& op : success) {
+      request["success"].push_back(opJson(op));
+    }
+    for (const auto& op : failure) {
+      request["failure"].push_back(opJson(op));
+    }
+    DTRUN_ASSIGN_OR_RETURN(auto reply, call("/v3/kv/txn", request));
+    EtcdTxnResult result;
+    result.succeeded = reply.value("succeeded", false);
+    result.revision = headerRevision(reply);
+    if (reply.contains("responses")) {
+      for (const auto& r : reply.at("responses")) {
+        if (r.contains("response_range")) {
+          result.gets.push_back(keyValues(r.at("response_range")));
+        }
+      }
+    }
+    return result;
+  }
+
+  Result<std::int64_t> grantLease(std::chrono::seconds ttl) override {
+    DTRUN_ASSIGN_OR_RETURN(auto reply,
+                           call("/v3/lease/grant", {{"TTL", std::to_string(ttl.count())}}));
+    const auto id = number(reply, "ID");
+    if (id == 0) {
+      return Status::protocol("etcd at " + endpoints() + " granted no lease: " + reply.dump());
+    }
+    return id;
+  }
+
+  Status keepAlive(std::int64_t lease) override {
+    // A stream in gRPC: one request, the first reply is the answer.
+    json answer;
+    DTRUN_TRY(streamCall("/v3/lease/keepalive", {{"ID", std::to_string(lease)}},
+                         Clock::now() + options_.timeout, nullptr, [&](const json& message) {
+                           answer = message;
+                           return true;
+                         }));
+    const json& result = answer.contains("result") ? answer.at("result") : answer;
+    if (answer.is_null()) {
+      return Status::timeout("etcd at " + endpoints() + ": no answer to a lease keep-alive");
+    }
+    if (number(result, "TTL") <= 0) {
+      return Status::error(Errc::kNotFound,
+                           "etcd lease " + std::to_string(lease) + " has expired");
+    }
+    return Status::ok();
+  }
+
+  Status revokeLease(std::int64_t lease) override {
+    return call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}).status();
+  }
+
+  Result<std::vector<EtcdEvent>> watch(std::string_view key, bool prefix, std::int64_t fromRevision,
+                                       milliseconds timeout,
+                                       const std::atomic<bool>* cancel) override {
+    json create = rangeRequest(key, prefix);
+    if (fromRevision > 0) {
+      create["start_revision"] = std::to_string(fromRevision);
+    }
+    std::vector<EtcdEvent> events;
+    Status problem;
+    DTRUN_TRY(streamCall(
+        "/v3/watch", {{"create_request", create}}, Clock::now() + timeout, cancel,
+        [&](const json& message) {
+          const json& r = message.contains("result") ? message.at("result") : message;
+          if (r.value("canceled", false)) {
+            problem = Status::protocol("etcd at " + endpoints() + " cancelled a watch of '" +
+                                       std::string(key) + "': " + r.value("cancel_reason", "") +
+                                       " (compact revision " +
+                                       std::to_string(number(r, "compact_revision")) + ")");
+            return true;
+          }
+          if (r.contains("events")) {
+            for (const auto& e : r.at("events")) {
+              EtcdEvent event;
+              event.type = e.value("type", "PUT") == "DELETE" ? EtcdEvent::Type::kDelete
+                                                              : EtcdEvent::Type::kPut;
+              event.kv = keyValue(e.at("kv"));
+              events.push_back(std::move(event));
+            }
+          }
+          return !events.empty();
+        }));
+    DTRUN_TRY(problem);
+    return events;
+  }
+
+  [[nodiscard]] std::string endpoints() const override {
+    std::string text;
+    for (const auto& e : options_.endpoints) {
+      text += (text.empty() ? "" : ",") + e;
+    }
+    return text;
+  }
+
+ private:
+  [[nodiscard]] std::string token() const {
+    const std::lock_guard lock(mutex_);
+    return token_;
+  }
+
+  Status authenticate() {
+    auto reply = callOnce("/v3/auth/authenticate",
+                          {{"name", options_.user}, {"password", options_.password}}, "");
+    if (!reply.isOk()) {
+      if (reply.status().code() == Errc::kProtocol) {
+        return Status::error(Errc::kDenied,
+                             "etcd at " + endpoints() + ": authentication failed for user '" +
+                                 options_.user + "': " + reply.status().message() +
+                                 " (check --rdzv_conf user and password, or DTRUN_ETCD_PASSWORD)");
+      }
+      return reply.status();
+    }
+    const std::lock_guard lock(mutex_);
+    token_ = reply.value().value("token", "");
+    return Status::ok();
+  }
+
+  // A call, authenticated again once when etcd says the token is no longer valid.
+  Result<json> call(std::string_view path, const json& request) {
+    auto reply = callOnce(path, request, token());
+    if (!reply.isOk() && !options_.user.empty() &&
+        reply.status().message().find("auth token") != std::string::npos) {
+      DTRUN_TRY(authenticate());
+      reply = callOnce(path, request, token());
+    }
+    return reply;
+  }
+
+  // One request: the endpoints in turn, from the last one that answered, until one does.
+  Result<json> callOnce(std::string_view path, const json& request, const std::string& auth) {
+    const auto deadline = Clock::now() + options_.timeout;
+    const std::string body = request.dump();
+    std::string tried;
+    const std::size_t n = options_.endpoints.size();
+    const std::size_t first = current_.load();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = (first + i) % n;
+      const auto& endpoint = options_.endpoints[at];
+      auto reply = http_->post(endpoint, path, body, auth, deadline);
+      if (reply.isOk() && reply.value().status == 200) {
+        current_ = at;
+        try {
+          return json::parse(reply.value().body);
+        } catch (const json::exception& e) {
+          return Status::protocol("etcd at " + endpoint + " answered " + std::string(path) +
+                                  " with malformed JSON: " + e.what());
+        }
+      }
+      if (reply.isOk()) {
+        const auto message = etcdMessage(reply.value().body);
+        // A member without quorum (or leader) says so: the next one may have it.
+        if (reply.value().status < 500 || message.find("no leader") == std::string::npos) {
+          return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " + message);
+        }
+        tried += (tried.empty() ? "" : "; ") + endpoint + ": " + message;
+        continue;
+      }
+      if (reply.status().code() == Errc::kDenied || reply.status().code() == Errc::kTimeout) {
+        return reply.status();
+      }
+      tried += (tried.empty() ? "" : "; ") + reply.status().message();
+    }
+    return Status::connection("no etcd endpoint answered " + std::string(path) + " (" + tried +
+                              "); check --rdzv_endpoint");
+  }
+
+  // A streaming call: `onMessage` gets each complete JSON message (one per line) until it
+  // returns true; the endpoints in turn until one answers.
+  Status streamCall(std::string_view path, const json& request, Clock::time_point deadline,
+                    const std::atomic<bool>* cancel,
+                    const std::function<bool(const json&)>& onMessage) {
+    const std::string body = request.dump();
+    const std::size_t n = options_.endpoints.size();
+    const std::size_t first = current_.load();
+    std::string tried;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = (first + i) % n;
+      const auto& endpoint = options_.endpoints[at];
+      std::size_t parsed = 0;
+      Status bad;
+      const auto s = http_->stream(
+          endpoint, path, body, token(), deadline, cancel,
+          [&](unsigned status, const std::string& text) {
+            if (status != 200) {
+              bad = Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
+                                     etcdMessage(text));
+              return true;
+            }
+            for (auto end = text.find('\n', parsed); end != std::string::npos;
+                 end = text.find('\n', parsed)) {
+              const auto line = text.substr(parsed, end - parsed);
+              parsed = end + 1;
+              try {
+                const json message = json::parse(line);
+                if (message.contains("error")) {
+                  bad = Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
+                                         etcdMessage(line));
+                  return true;
+                }
+                if (onMessage(message)) {
+                  return true;
+                }
+              } catch (const json::exception&) {
+                continue;  // not a whole message: skip it
+              }
+            }
+            return false;
+          });
+      if (s.isOk()) {
+        current_ = at;
+        return bad;
+      }
+      if (s.code() == Errc::kDenied || s.code() == Errc::kCancelled) {
+        return s;
+      }
+      tried += (tried.empty() ? "" : "; ") + s.message();
+    }
+    return Status::connection("no etcd endpoint answered " + std::string(path) + " (" + tried +
+                              "); check --rdzv_endpoint");
+  }
+
+  EtcdOptions options_;
+  std::unique_ptr<EtcdHttp> http_;
+  std::atomic<std::size_t> current_{0};
+  mutable std::mutex mutex_;
+  std::string token_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EtcdClient>> EtcdClient::connect(const EtcdOptions& options) {
+  if (!options.certFile.empty() && options.caFile.empty()) {
+    return Status::invalidArgument("etcd: a client certificate needs the CA (--rdzv_conf cacert)");
+  }
+  DTRUN_ASSIGN_OR_RETURN(auto http, EtcdHttp::create({options.caFile, options.certFile,
+                                                      options.keyFile}));
+  auto client = std::make_unique<GatewayClient>(options, std::move(http));
+  DTRUN_TRY(client->start());
+  return std::unique_ptr<EtcdClient>(std::move(client));
+}
+
+}  // namespace dtrun::rdzv

@@ -1,0 +1,367 @@
+// The Store interface over etcd: every key under the job's prefix; waits are watches from the
+// revision of the read that found the key missing (so nothing written in between is missed),
+// read-modify-writes are transactions guarded by the key's mod revision, queue items are keys
+// under "<queue>/" in create-revision order.
+#include <algorithm>
+#include <atomic>
+#include <random>
+
+#include "dtrun/etcd.h"
+
+namespace dtrun::rdzv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// etcd's default --max-txn-ops is 128: longer batches go in several transactions.
+constexpr std::size_t kTxnOps = 128;
+
+std::string describeKeys(std::span<const std::string> keys) {
+  std::string text;
+  for (const auto& k : keys) {
+    if (text.size() > 200) {
+      return "[" + text + ", ...]";
+    }
+    text += (text.empty() ? "" : ", ") + k;
+  }
+  return "[" + text + "]";
+}
+
+class EtcdStore final : public Store {
+ public:
+  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
+      : client_(std::move(client)), prefix_(std::move(prefix)) {
+    std::random_device seed;
+    id_ = std::to_string(seed()) + std::to_string(seed());
+  }
+
+  Status set(std::string_view key, std::string_view value) override {
+    return client_->put(full(key), value).status();
+  }
+
+  Result<Bytes> get(std::string_view key) override {
+    const std::vector<std::string> keys{std::string(key)};
+    DTRUN_TRY(waitFor(keys, timeout(), "get"));
+    DTRUN_ASSIGN_OR_RETURN(auto kv, client_->get(full(key)));
+    if (!kv) {
+      return Status::error(Errc::kNotFound, "get(" + std::string(key) + ") on " + peer() +
+                                                ": deleted while it was read");
+    }
+    return std::move(kv->value);
+  }
+
+  Result<std::optional<Bytes>> tryGet(std::string_view key) override {
+    DTRUN_ASSIGN_OR_RETURN(auto kv, client_->get(full(key)));
+    return kv ? std::optional<Bytes>(std::move(kv->value)) : std::nullopt;
+  }
+
+  Result<std::int64_t> add(std::string_view key, std::int64_t delta) override {
+    std::int64_t result = 0;
+    DTRUN_TRY(update(key, [&](const std::optional<std::string>& now) -> Result<std::string> {
+      std::int64_t value = 0;
+      if (now && !now->empty()) {
+        try {
+          std::size_t used = 0;
+          value = std::stoll(*now, &used);
+          if (used != now->size()) {
+            throw std::invalid_argument("trailing characters");
+          }
+        } catch (const std::exception&) {
+          return Status::protocol("add(" + std::string(key) + ") on " + peer() + ": '" +
+                                  now->substr(0, 40) + "' is not a number");
+        }
+      }
+      result = value + delta;
+      return std::to_string(result);
+    }));
+    return result;
+  }
+
+  Result<Bytes> compareSet(std::string_view key, std::string_view expected,
+                           std::string_view desired) override {
+    EtcdCompare c;
+    c.key = full(key);
+    if (expected.empty()) {
+      c.target = EtcdCompare::Target::kCreateRevision;  // only if absent
+      c.number = 0;
+    } else {
+      c.target = EtcdCompare::Target::kValue;
+      c.value = std::string(expected);
+    }
+    EtcdOp put;
+    put.type = EtcdOp::Type::kPut;
+    put.key = c.key;
+    put.value = std::string(desired);
+    EtcdOp read;
+    read.key = c.key;
+    DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({c}, {put}, {read}));
+    if (txn.succeeded) {
+      return Bytes(desired);
+    }
+    if (!txn.gets.empty() && !txn.gets.front().empty()) {
+      return std::move(txn.gets.front().front().value);
+    }
+    return Bytes(expected);  // upstream's quirk: missing key, non-empty expected
+  }
+
+  Result<bool> check(std::span<const std::string> keys) override {
+    DTRUN_ASSIGN_OR_RETURN(auto present, presence(keys));
+    return std::all_of(present.found.begin(), present.found.end(), [](bool b) { return b; });
+  }
+
+  Status wait(std::span<const std::string> keys, milliseconds timeout) override {
+    return waitFor(keys, timeout, "wait");
+  }
+
+  Result<std::int64_t> numKeys() override {
+    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(prefix_, 1, false, true));
+    return range.count;
+  }
+
+  Result<bool> deleteKey(std::string_view key) override {
+    DTRUN_ASSIGN_OR_RETURN(auto deleted, client_->erase(full(key), false));
+    return deleted > 0;
+  }
+
+  Status append(std::string_view key, std::string_view value) override {
+    return update(key, [&](const std::optional<std::string>& now) -> Result<std::string> {
+      return now.value_or("") + std::string(value);
+    });
+  }
+
+  Result<std::vector<Bytes>> multiGet(std::span<const std::string> keys) override {
+    DTRUN_TRY(waitFor(keys, timeout(), "multi_get"));
+    std::vector<Bytes> values;
+    for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
+      std::vector<EtcdOp> gets;
+      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
+        EtcdOp op;
+        op.key = full(keys[i]);
+        gets.push_back(std::move(op));
+      }
+      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, gets, {}));
+      for (auto& kvs : txn.gets) {
+        values.push_back(kvs.empty() ? Bytes() : std::move(kvs.front().value));
+      }
+    }
+    return values;
+  }
+
+  Status multiSet(std::span<const std::string> keys, std::span<const Bytes> values) override {
+    if (keys.size() != values.size()) {
+      return Status::invalidArgument("multi_set: " + std::to_string(keys.size()) + " keys but " +
+                                     std::to_string(values.size()) + " values");
+    }
+    for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
+      std::vector<EtcdOp> puts;
+      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
+        EtcdOp op;
+        op.type = EtcdOp::Type::kPut;
+        op.key = full(keys[i]);
+        op.value = values[i];
+        puts.push_back(std::move(op));
+      }
+      DTRUN_TRY(client_->txn({}, puts, {}).status());
+    }
+    return Status::ok();
+  }
+
+  Result<std::chrono::microseconds> ping() override {
+    const auto start = Clock::now();
+    DTRUN_TRY(client_->get(full("ping")).status());
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+  }
+
+  Status queuePush(std::string_view key, std::string_view value) override {
+    // Unique per store and call; the order is etcd's create revision, not the name.
+    const auto name = full(key) + "/" + id_ + "-" + std::to_string(++pushes_);
+    return client_->put(name, value).status();
+  }
+
+  Result<Bytes> queuePop(std::string_view key, milliseconds timeout) override {
+    DTRUN_ASSIGN_OR_RETURN(auto items, queuePopMany(key, 1, timeout));
+    return std::move(items.front());
+  }
+
+  Result<std::vector<Bytes>> queuePopMany(std::string_view key, std::size_t maxItems,
+                                          milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    const std::string dir = full(key) + "/";
+    const auto limit = static_cast<std::int64_t>(std::clamp<std::size_t>(maxItems, 1, kTxnOps / 2));
+    for (;;) {
+      DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(dir, limit, true, false));
+      if (!range.kvs.empty()) {
+        // Taken only if still there: another consumer may have taken some (then retry).
+        std::vector<EtcdCompare> unchanged;
+        std::vector<EtcdOp> deletes;
+        for (const auto& kv : range.kvs) {
+          EtcdCompare c;
+          c.key = kv.key;
+          c.target = EtcdCompare::Target::kModRevision;
+          c.number = kv.modRevision;
+          unchanged.push_back(std::move(c));
+          EtcdOp op;
+          op.type = EtcdOp::Type::kDelete;
+          op.key = kv.key;
+          deletes.push_back(std::move(op));
+        }
+        DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn(unchanged, deletes, {}));
+        if (txn.succeeded) {
+          std::vector<Bytes> items;
+          items.reserve(range.kvs.size());
+          for (auto& kv : range.kvs) {
+            items.push_back(std::move(kv.value));
+          }
+          return items;
+        }
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        return Status::timeout("queue_pop(" + std::string(key) + ") on " + peer() +
+                               ": no item within " + std::to_string(timeout.count()) + "ms");
+      }
+      DTRUN_TRY(client_->watch(dir, true, range.revision + 1,
+                               std::chrono::duration_cast<milliseconds>(deadline - now))
+                    .status());
+    }
+  }
+
+  Result<std::int64_t> queueLen(std::string_view key) override {
+    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(full(key) + "/", 1, false, true));
+    return range.count;
+  }
+
+  Result<std::vector<Bytes>> listKeys() override {
+    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(prefix_, 0, false, true));
+    std::vector<Bytes> keys;
+    keys.reserve(range.kvs.size());
+    for (auto& kv : range.kvs) {
+      keys.push_back(kv.key.substr(prefix_.size()));
+    }
+    return keys;
+  }
+
+  Status barrier(std::string_view key, std::int64_t worldSize, milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    DTRUN_TRY(add(key, 1).status());
+    const std::string name = full(key);
+    for (;;) {
+      DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(name, 1, false, false));
+      for (const auto& kv : range.kvs) {
+        if (kv.key == name && std::atoll(kv.value.c_str()) >= worldSize) {
+          return Status::ok();
+        }
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        return Status::timeout("barrier(" + std::string(key) + ", " + std::to_string(worldSize) +
+                               ") on " + peer() + ": not everyone arrived within " +
+                               std::to_string(timeout.count()) + "ms");
+      }
+      DTRUN_TRY(client_->watch(name, false, range.revision + 1,
+                               std::chrono::duration_cast<milliseconds>(deadline - now))
+                    .status());
+    }
+  }
+
+  [[nodiscard]] std::string peer() const override { return "etcd at " + client_->endpoints(); }
+
+ private:
+  [[nodiscard]] std::string full(std::string_view key) const { return prefix_ + std::string(key); }
+
+  // The store's own timeout for calls that take none: etcd's request deadline bounds each request,
+  // a wait gets the same bound as a whole.
+  static milliseconds timeout() { return std::chrono::seconds(300); }
+
+  struct Presence {
+    std::vector<bool> found;
+    std::int64_t revision = 0;
+  };
+
+  // Which of `keys` exist, read in transactions of at most kTxnOps keys; the revision is the
+  // first transaction's (watching from there misses nothing written after it).
+  Result<Presence> presence(std::span<const std::string> keys) {
+    Presence p;
+    for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
+      std::vector<EtcdOp> gets;
+      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
+        EtcdOp op;
+        op.key = full(keys[i]);
+        gets.push_back(std::move(op));
+      }
+      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, gets, {}));
+      if (p.revision == 0) {
+        p.revision = txn.revision;
+      }
+      for (const auto& kvs : txn.gets) {
+        p.found.push_back(!kvs.empty());
+      }
+    }
+    return p;
+  }
+
+  // Until every key exists: read which are missing, watch the first missing one from the read's
+  // revision, read again.
+  Status waitFor(std::span<const std::string> keys, milliseconds timeout, const char* op) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      DTRUN_ASSIGN_OR_RETURN(auto p, presence(keys));
+      const auto missing = std::find(p.found.begin(), p.found.end(), false);
+      if (missing == p.found.end()) {
+        return Status::ok();
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        return Status::timeout(std::string(op) + "(" + describeKeys(keys) + ") on " + peer() +
+                               ": no reply within " + std::to_string(timeout.count()) + "ms");
+      }
+      const auto& key = keys[static_cast<std::size_t>(missing - p.found.begin())];
+      DTRUN_TRY(client_->watch(full(key), false, p.revision + 1,
+                               std::chrono::duration_cast<milliseconds>(deadline - now))
+                    .status());
+    }
+  }
+
+  // Read, compute, write if nothing changed in between; again if something did.
+  Status update(std::string_view key,
+                const std::function<Result<std::string>(const std::optional<std::string>&)>& next) {
+    const std::string name = full(key);
+    for (;;) {
+      DTRUN_ASSIGN_OR_RETURN(auto kv, client_->get(name));
+      DTRUN_ASSIGN_OR_RETURN(auto value,
+                             next(kv ? std::optional<std::string>(kv->value) : std::nullopt));
+      EtcdCompare unchanged;
+      unchanged.key = name;
+      unchanged.target =
+          kv ? EtcdCompare::Target::kModRevision : EtcdCompare::Target::kCreateRevision;
+      unchanged.number = kv ? kv->modRevision : 0;
+      EtcdOp put;
+      put.type = EtcdOp::Type::kPut;
+      put.key = name;
+      put.value = std::move(value);
+      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({unchanged}, {put}, {}));
+      if (txn.succeeded) {
+        return Status::ok();
+      }
+    }
+  }
+
+  std::shared_ptr<EtcdClient> client_;
+  std::string prefix_;
+  std::string id_;
+  std::uint64_t pushes_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client,
+                                             std::string prefix) {
+  if (!client) {
+    return Status::invalidArgument("makeEtcdStore: no etcd client");
+  }
+  return std::unique_ptr<Store>(std::make_unique<EtcdStore>(std::move(client), std::move(prefix)));
+}
+
+}  // namespace dtrun::rdzv
