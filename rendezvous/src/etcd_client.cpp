@@ -1,6 +1,7 @@
 // EtcdClient over etcd's v3 JSON gateway: each call one POST (etcd_http.h) to the first endpoint
 // that answers, keys and values in base64, 64-bit numbers as JSON strings.
 #include <mutex>
+#include <thread>
 
 #include <openssl/evp.h>
 
@@ -400,42 +401,62 @@ class GatewayClient final : public EtcdClient {
     return reply;
   }
 
-  // One request: the endpoints in turn, from the last one that answered, until one does.
+  // One request: the endpoints in turn, from the last one that answered, until one does or the
+  // deadline passes. A member that cannot serve now (no leader, a leader change, a request that
+  // timed out inside etcd) or cannot be reached is skipped; after a full turn, a short pause.
   Result<json> callOnce(std::string_view path, const json& request, const std::string& auth) {
     const auto deadline = Clock::now() + options_.timeout;
     const std::string body = request.dump();
-    std::string tried;
     const std::size_t n = options_.endpoints.size();
-    const std::size_t first = current_.load();
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t at = (first + i) % n;
-      const auto& endpoint = options_.endpoints[at];
-      auto reply = http_->post(endpoint, path, body, auth, deadline);
-      if (reply.isOk() && reply.value().status == 200) {
-        current_ = at;
-        try {
-          return json::parse(reply.value().body);
-        } catch (const json::exception& e) {
-          return Status::protocol("etcd at " + endpoint + " answered " + std::string(path) +
-                                  " with malformed JSON: " + e.what());
+    std::string last;
+    for (int turn = 0;; ++turn) {
+      const std::size_t first = current_.load();
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t at = (first + i) % n;
+        const auto& endpoint = options_.endpoints[at];
+        auto reply = http_->post(endpoint, path, body, auth, deadline);
+        if (reply.isOk() && reply.value().status == 200) {
+          current_ = at;
+          try {
+            return json::parse(reply.value().body);
+          } catch (const json::exception& e) {
+            return Status::protocol("etcd at " + endpoint + " answered " + std::string(path) +
+                                    " with malformed JSON: " + e.what());
+          }
+        }
+        if (reply.isOk()) {
+          const auto message = etcdMessage(reply.value().body);
+          if (!transient(message)) {
+            return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
+                                    message);
+          }
+          last = "etcd at " + endpoint + ": " + message;
+        } else if (reply.status().code() == Errc::kDenied) {
+          return reply.status();
+        } else {
+          last = reply.status().message();
+        }
+        current_ = (at + 1) % n;  // the next call starts with another member
+        if (Clock::now() >= deadline) {
+          return Status::timeout("etcd at " + endpoints() + ": " + std::string(path) +
+                                 " not done in " + std::to_string(options_.timeout.count()) +
+                                 " ms (" + last + "); check --rdzv_endpoint");
         }
       }
-      if (reply.isOk()) {
-        const auto message = etcdMessage(reply.value().body);
-        // A member without quorum (or leader) says so: the next one may have it.
-        if (reply.value().status < 500 || message.find("no leader") == std::string::npos) {
-          return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " + message);
-        }
-        tried += (tried.empty() ? "" : "; ") + endpoint + ": " + message;
-        continue;
-      }
-      if (reply.status().code() == Errc::kDenied || reply.status().code() == Errc::kTimeout) {
-        return reply.status();
-      }
-      tried += (tried.empty() ? "" : "; ") + reply.status().message();
+      std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(50 * (turn + 1)),
+                                                         milliseconds(500)));
     }
-    return Status::connection("no etcd endpoint answered " + std::string(path) + " (" + tried +
-                              "); check --rdzv_endpoint");
+  }
+
+  // etcd's answers that another member, or the same a moment later, may not give.
+  static bool transient(const std::string& message) {
+    for (const char* known : {"leader changed", "no leader", "request timed out",
+                              "too many requests", "unavailable", "not capable"}) {
+      if (message.find(known) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // A streaming call: `onMessage` gets each complete JSON message (one per line) until it
@@ -481,7 +502,9 @@ class GatewayClient final : public EtcdClient {
             return false;
           });
       if (s.isOk()) {
-        current_ = at;
+        // Not even the stream's first message before the deadline: this member may be the one
+        // in trouble; the next call starts with another.
+        current_ = parsed == 0 && bad.isOk() ? (at + 1) % n : at;
         return bad;
       }
       if (s.code() == Errc::kDenied || s.code() == Errc::kCancelled) {

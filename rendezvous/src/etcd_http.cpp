@@ -116,9 +116,14 @@ class Exchange {
   Status run(asio::io_context& io, Stream& stream, Clock::time_point deadline,
              const std::atomic<bool>* cancel, Abort abort,
              const std::function<bool(unsigned, const std::string&)>& onBody) {
+    // A stream that ends by its deadline is not a failure: the caller sees what arrived.
+    const auto streamEnded = [&](const Outcome& o) { return o.timedOut && onBody; };
     auto o = await(
         io, deadline, cancel,
         [&](auto handler) { http::async_write(stream, request_, std::move(handler)); }, abort);
+    if (streamEnded(o)) {
+      return Status::ok();
+    }
     if (o.ec || o.timedOut || o.cancelled) {
       return failure(endpoint_, "writing to", o);
     }
@@ -126,6 +131,9 @@ class Exchange {
         io, deadline, cancel,
         [&](auto handler) { http::async_read_header(stream, buffer_, parser_, std::move(handler)); },
         abort);
+    if (streamEnded(o)) {
+      return Status::ok();
+    }
     if (o.ec || o.timedOut || o.cancelled) {
       return failure(endpoint_, "reading from", o);
     }
@@ -136,8 +144,8 @@ class Exchange {
             http::async_read_some(stream, buffer_, parser_, std::move(handler));
           },
           abort);
-      if (o.timedOut && onBody) {
-        return Status::ok();  // a stream: the caller sees what arrived
+      if (streamEnded(o)) {
+        return Status::ok();
       }
       if (o.ec || o.cancelled) {
         return failure(endpoint_, "reading from", o);

@@ -180,21 +180,24 @@ class EtcdAgentPresence final : public EtcdPresence {
     }
   }
 
+  // Runs the keeper until the job is over. A keeper that lost etcd for longer than its request
+  // timeout starts again from the state it saved, as a successor would.
   void lead() {
     leads_ = true;
     log::rdzv().info("job '{}': this agent ({}) runs the keeper", jobId_, agentId_);
-    auto store = makeEtcdStore(client_, prefix_);
-    if (!store.isOk()) {
-      log::rdzv().error("job '{}': the keeper cannot reach etcd: {}", jobId_,
-                        store.status().message());
-      return;
-    }
     watcher_ = std::thread([this] { watchLiveness(); });
     KeeperOptions options;
     options.aliveAgents = [this] { return aliveAgents(); };
-    if (auto s = runKeeper(std::move(store).value(), jobId_, options, stopFlag_);
-        !s.isOk() && s.code() != Errc::kCancelled) {
-      log::rdzv().error("job '{}': {}", jobId_, s.message());
+    while (!stopping()) {
+      auto store = makeEtcdStore(client_, prefix_);
+      Status s = store.isOk() ? runKeeper(std::move(store).value(), jobId_, options, stopFlag_)
+                              : store.status();
+      if (s.isOk() || s.code() == Errc::kCancelled) {
+        return;
+      }
+      log::rdzv().error("job '{}': the keeper stopped ({}); starting it again", jobId_,
+                        s.message());
+      waitABit();
     }
   }
 
