@@ -483,6 +483,39 @@ TEST_CASE("more than one node makes a multi-node configuration", "[unit][launche
     CHECK(q.config.multiNode->hostsStore);
     CHECK_FALSE(q.config.multiNode->hostGuessed);
   }
+  SECTION("etcd: client URLs, the job's prefix, TLS and auth from --rdzv_conf") {
+    auto host = testHost();
+    host.env["DTRUN_ETCD_PASSWORD"] = "from-env";
+    host.hostName = "node7";
+    const auto p = planOk({"--nnodes=2:3", "--rdzv_backend=etcd-v3",
+                           "--rdzv_endpoint=https://10.0.0.1:2379/,10.0.0.2:2379",
+                           "--rdzv_id=job9", "--master_port=29600",
+                           "--rdzv_conf=prefix=/team,cacert=ca.pem,cert=c.pem,key=c.key,"
+                           "user=alice,lease_ttl=7,read_timeout=9",
+                           "x.py"},
+                          host);
+    CHECK(p.rdzvBackend == "etcd");
+    const auto& m = *p.config.multiNode;
+    REQUIRE(m.etcd.has_value());
+    CHECK(m.etcd->endpoints == std::vector<std::string>{"10.0.0.1:2379", "10.0.0.2:2379"});
+    CHECK(m.etcd->prefix == "/team/job9/");
+    CHECK(m.etcd->caFile == "ca.pem");
+    CHECK(m.etcd->certFile == "c.pem");
+    CHECK(m.etcd->keyFile == "c.key");
+    CHECK(m.etcd->user == "alice");
+    CHECK(m.etcd->password == "from-env");
+    CHECK(m.etcd->leaseTtl.count() == 7);
+    CHECK(m.readTimeout.count() == 9000);
+    CHECK_FALSE(m.hostsStore);
+    CHECK(m.nodeRank == -1);
+    CHECK(p.config.masterAddr == "node7");  // the workers' store this node serves, if node 0
+    CHECK(p.config.storePort == 29600);
+    CHECK(p.warnings.empty());
+    // One node still meets through etcd.
+    const auto one = planOk({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "x.py"});
+    REQUIRE(one.config.multiNode.has_value());
+    CHECK(one.config.multiNode->etcd->prefix.starts_with("/dtrun/"));
+  }
 }
 
 TEST_CASE("OMP_NUM_THREADS defaults to 1 for more than one worker", "[unit][launcher]") {
@@ -551,8 +584,23 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
       {{"--node_rank=-1", "x.py"}, "--node_rank: expected a non-negative integer, got '-1'"},
       {{"--node_rank=1", "x.py"}, "--node_rank: must be below --nnodes (1), got '1'"},
       {{"--rdzv_backend=etcd", "x.py"},
-       "--rdzv_backend: expected static or c10d (etcd and etcd-v2 need an etcd server: c10d "
-       "with --rdzv_endpoint does the same on dtrun's own store), got 'etcd'"},
+       "--rdzv_endpoint: the etcd backend needs etcd's client URLs, e.g. "
+       "--rdzv_endpoint=127.0.0.1:2379 (several joined by commas)"},
+      {{"--rdzv_backend=etcd-v2", "--rdzv_endpoint=127.0.0.1:2379", "x.py"},
+       "--rdzv_backend: expected static, c10d or etcd (etcd-v2 speaks etcd's old v2 API, which "
+       "current etcd no longer serves: --rdzv_backend=etcd speaks v3), got 'etcd-v2'"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "x.py"},
+       "--rdzv_endpoint: etcd's client URLs are host:port[,host:port...] (e.g. 127.0.0.1:2379), "
+       "got '127.0.0.1'"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=https://127.0.0.1:2379", "x.py"},
+       "--rdzv_conf: TLS to etcd needs cacert=<the CA file that signed etcd's certificate>"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "--rdzv_conf=cacert=ca.pem,cert=c.pem",
+        "x.py"},
+       "--rdzv_conf: cert and key go together (the client certificate and its private key)"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "--rdzv_conf=lease_ttl=0", "x.py"},
+       "--rdzv_conf lease_ttl: expects whole seconds from 1 to 3600, got '0'"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "--rdzv_conf=password=x", "x.py"},
+       "--rdzv_conf: a password needs user=<etcd user> (or unset DTRUN_ETCD_PASSWORD)"},
       {{"--rdzv_endpoint=::1", "x.py"},
        "--rdzv_endpoint: expected host[:port] or [ipv6]:port with a port from 0 to 65535, got "
        "'::1'"},

@@ -129,7 +129,7 @@ TEST_CASE("each refused option says why and what to use instead", "[unit][launch
       {{"--logs_specs=my.Specs", "x.py"}, {"--logs_specs", "Python plugin", "--log_dir"}},
       {{"--event_log_handler=console", "x.py"},
        {"--event_log_handler", "Python plugin", "null", "--report"}},
-      {{"--rdzv_backend=etcd", "x.py"}, {"--rdzv_backend", "static or c10d", "--rdzv_endpoint"}},
+      {{"--rdzv_backend=etcd-v2", "x.py"}, {"--rdzv_backend", "v2 API", "--rdzv_backend=etcd"}},
       {{"--nproc_per_node=xpu", "x.py"}, {"--nproc_per_node", "for xpu", "give the number"}},
   };
   for (const Refusal& r : refusals) {
