@@ -121,11 +121,11 @@ run accelerate-cpu 180 "$dtrun" --nproc_per_node=2 "$checks" accelerate cpu
 row "accelerate cpu x2" "$s" "$(results accelerate accelerate-cpu 2) (exit $rc)"
 
 # --- ResNet-18 ------------------------------------------------------------------------------------
-mkdir -p "$out/ckpt"
+ckpt=$(mktemp -d)  # checkpoints stay out of the logs
 for kind in plain ddp; do
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$out/util-$kind.txt" 2>/dev/null &
   smi=$!
-  run "resnet-$kind" 300 "$dtrun" --nproc_per_node=1 "$checks" resnet "$kind" 200 "$out/ckpt"
+  run "resnet-$kind" 300 "$dtrun" --nproc_per_node=1 "$checks" resnet "$kind" 200 "$ckpt"
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null
   util=$(sort -n "$out/util-$kind.txt" | awk '{v[NR] = $1} END {if (NR) print v[int(NR * 0.9)]; else print "?"}')

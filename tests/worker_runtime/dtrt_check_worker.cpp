@@ -399,11 +399,17 @@ int runErrors(Reporter& report, const std::string& backendName) {
   const int n = pg->size();
   const int me = pg->rank();
   const std::string big = std::to_string(n);
-  std::vector<float> f(4 * static_cast<std::size_t>(n) + 1, 1.0F);
-  std::vector<std::int32_t> i32(4 * static_cast<std::size_t>(n), 1);
-  const rt::Buffer one = rt::view(std::span<float>(f).first(4));
-  const rt::Buffer all = rt::view(std::span<float>(f).first(4 * static_cast<std::size_t>(n)));
-  const rt::Buffer odd = rt::view(std::span<float>(f));
+  // Buffers of the backend's kind (CUDA memory for nccl), so that each call is refused for the
+  // reason it names, not for the buffer's device.
+  const bool cuda = *backend == rt::Backend::kNccl;
+  const auto count = static_cast<std::size_t>(n);
+  Mem f(rt::DataType::kFloat32, 4 * count + 1, cuda);
+  Mem i32(rt::DataType::kInt32, 4 * count, cuda);
+  const rt::Buffer odd = f.buffer();
+  rt::Buffer one = odd;
+  one.count = 4;
+  rt::Buffer all = odd;
+  all.count = 4 * count;
   const auto bad = [&](const std::string& name, const std::vector<std::string>& parts,
                        const std::function<void()>& body) {
     expectThrow<rt::ConfigError>(report, "errors " + name, parts, body);
@@ -420,7 +426,7 @@ int runErrors(Reporter& report, const std::string& backendName) {
   bad("scatter root -2", {"scatter", "root"}, [&] { pg->scatter(all, one, -2); });
   bad("all_gather output too small", {"all_gather"}, [&] { pg->allGather(one, odd); });
   bad("all_gather dtype mismatch", {"all_gather", "f32", "i32"},
-      [&] { pg->allGather(one, rt::view(std::span<std::int32_t>(i32))); });
+      [&] { pg->allGather(one, i32.buffer()); });
   bad("reduce_scatter wrong input size", {"reduce_scatter"}, [&] { pg->reduceScatter(odd, one); });
   if (n > 1) {
     bad("all_to_all count not a multiple of size()", {"all_to_all"},
@@ -431,18 +437,25 @@ int runErrors(Reporter& report, const std::string& backendName) {
     b.data = nullptr;
     pg->allReduce(b);
   });
-  bad("all_reduce CUDA buffer on a CPU backend", {"CPU"}, [&] {
-    rt::Buffer b = one;
-    b.device = rt::Device::kCuda;
-    pg->allReduce(b);
-  });
+  bad(cuda ? "all_reduce CPU buffer on the nccl backend" : "all_reduce CUDA buffer on a CPU backend",
+      {cuda ? "CUDA" : "CPU"}, [&] {
+        rt::Buffer b = one;
+        b.device = cuda ? rt::Device::kCpu : rt::Device::kCuda;
+        pg->allReduce(b);
+      });
   bad("new_group empty", {"new_group"}, [&] { (void)pg->newGroup({}); });
   bad("new_group duplicates", {"new_group"}, [&] { (void)pg->newGroup({0, 0}); });
   bad("new_group rank size()", {"new_group", big}, [&] { (void)pg->newGroup({0, n}); });
   // Nothing above may have disturbed the group.
   guarded(report, "errors group usable after rejected calls", [&] {
-    std::vector<float> v(5, static_cast<float>(me + 1));
-    pg->allReduce(rt::view(std::span<float>(v)));
+    Mem m(rt::DataType::kFloat32, 5, cuda);
+    const std::vector<float> mine(5, static_cast<float>(me + 1));
+    const auto* raw = reinterpret_cast<const std::byte*>(mine.data());
+    m.write(Bytes(raw, raw + sizeof(float) * mine.size()));
+    pg->allReduce(m.buffer());
+    const Bytes back = m.read();
+    std::vector<float> v(5);
+    std::memcpy(v.data(), back.data(), back.size());
     const float want = static_cast<float>(n * (n + 1)) / 2;
     report.expect(v[0] == want && v[4] == want, "errors group usable after rejected calls",
                   "all_reduce gave " + std::to_string(v[0]));

@@ -698,6 +698,15 @@ class NcclCommunicator final : public Communicator {
   void reduceScatter(const Buffer& in, const Buffer& out, ReduceOp op) override {
     core_->checkBuffer(in, "reduce_scatter");
     core_->checkBuffer(out, "reduce_scatter");
+    if (size() == 1) {
+      // One rank: the input is the result. A copy, not NCCL: NCCL 2.28.9's ncclAvg over one
+      // rank left the last count % 4 floats unwritten (seen on an H200, scripts/gpu-check.sh).
+      core_->run("reduce_scatter", [&] {
+        copyOnStream(out.data, in.data, out.bytes(), "reduce_scatter");
+        return ncclSuccess;
+      });
+      return;
+    }
     core_->run("reduce_scatter", [&] {
       return ncclReduceScatter(in.data, out.data, out.count, toNccl(in.dtype), toNccl(op),
                                core_->comm(), core_->stream());
