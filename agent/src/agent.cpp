@@ -188,8 +188,8 @@ class Agent {
                                                       multi->keepAliveInterval,
                                                       [this](const Status& s) { onStoreLost(s); });
       if (const auto& console = group_.collapsedConsole()) {  // the job's lines to one console
-        auto relay = detail::ConsoleRelay::connect(io_, link.stores, config_.runId, console,
-                                                   gathersJob());
+        auto relay =
+            detail::ConsoleRelay::connect(io_, link.stores, config_.runId, console, gathersJob());
         if (relay.isOk()) {
           consoleRelay_ = std::move(relay).value();
         } else {
@@ -939,7 +939,7 @@ class Agent {
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
   rdzv::StoreFactory jobStore_;  // multi-node: the job's store, with a short timeout (reports)
   std::unique_ptr<rdzv::KeeperService> keepers_;
-  std::unique_ptr<rdzv::EtcdPresence> etcd_;  // --rdzv_backend=etcd: lease, keeper candidacy
+  std::unique_ptr<rdzv::EtcdPresence> etcd_;     // --rdzv_backend=etcd: lease, keeper candidacy
   std::unique_ptr<detail::JobCoordinator> job_;  // multi-node only
   detail::WorkerGroup group_;
   std::unique_ptr<detail::ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node

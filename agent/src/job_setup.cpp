@@ -74,8 +74,8 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
   if (!client.isOk()) {
     return client.status();  // its message names the endpoints and what to fix
   }
-  auto reportClient = rdzv::EtcdClient::connect(
-      etcdOptions(etcd, std::min(multi.readTimeout, kReportTimeout)));
+  auto reportClient =
+      rdzv::EtcdClient::connect(etcdOptions(etcd, std::min(multi.readTimeout, kReportTimeout)));
   if (!reportClient.isOk()) {
     return reportClient.status();
   }
@@ -90,8 +90,7 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
                                            std::move(self), false);
   if (!member.isOk()) {
     return Status::connection("cannot join job '" + config.runId + "' through etcd at " +
-                              joinText(etcd.endpoints, ",") + ": " +
-                              member.status().message());
+                              joinText(etcd.endpoints, ",") + ": " + member.status().message());
   }
   link.member = std::move(member).value();
   return link;

@@ -195,8 +195,9 @@ int main(int argc, char** argv) {
                                         ? StoreFactory([&] { return makeEtcdStore(etcd, prefix); })
                                         : storeFactory(storeOptions);
         const Result r = runRound(stores, n, job);
-        std::printf("etcd_rdzv_bench backend=%s nodes=%d rep=%d close_ms=%.2f connect_ms=%.1f ok=%d\n",
-                    backend, n, rep, r.closeMs, r.connectMs, r.ok ? 1 : 0);
+        std::printf(
+            "etcd_rdzv_bench backend=%s nodes=%d rep=%d close_ms=%.2f connect_ms=%.1f ok=%d\n",
+            backend, n, rep, r.closeMs, r.connectMs, r.ok ? 1 : 0);
         if (!r.ok) {
           std::fprintf(stderr, "etcd_rdzv_bench: %s %d nodes: %s\n", backend, n, r.error.c_str());
           ++failed;
@@ -209,8 +210,9 @@ int main(int argc, char** argv) {
       std::sort(closes.begin(), closes.end());
       medians.push_back(closes[closes.size() / 2]);
     }
-    std::printf("etcd_rdzv_bench nodes=%d store_close_ms=%.2f etcd_close_ms=%.2f etcd_over_store=%.2f\n",
-                n, medians[0], medians[1], medians[1] / std::max(medians[0], 1e-3));
+    std::printf(
+        "etcd_rdzv_bench nodes=%d store_close_ms=%.2f etcd_close_ms=%.2f etcd_over_store=%.2f\n", n,
+        medians[0], medians[1], medians[1] / std::max(medians[0], 1e-3));
     std::fflush(stdout);
   }
   return failed == 0 ? 0 : 1;

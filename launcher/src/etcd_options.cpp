@@ -13,8 +13,8 @@ using text::parseInt;
 using text::split;
 using text::trim;
 
-constexpr std::array kConfKeys = {"prefix",   "etcd_prefix", "protocol", "cacert", "cert",
-                                  "key",      "user",        "password", "lease_ttl"};
+constexpr std::array kConfKeys = {"prefix", "etcd_prefix", "protocol", "cacert",   "cert",
+                                  "key",    "user",        "password", "lease_ttl"};
 
 Status confError(const std::string& key, const std::string& problem) {
   return Status::invalidArgument("--rdzv_conf " + key + ": " + problem);
@@ -60,8 +60,8 @@ Result<agent::EtcdRendezvous> resolveEtcd(
     const std::string& runId, const std::string& passwordFromEnv) {
   agent::EtcdRendezvous etcd;
   bool https = false;
-  for (const auto item : trim(endpoints).empty() ? std::vector<std::string_view>()
-                                                  : split(endpoints, ',')) {
+  for (const auto item :
+       trim(endpoints).empty() ? std::vector<std::string_view>() : split(endpoints, ',')) {
     DTRUN_ASSIGN_OR_RETURN(auto endpoint, parseEtcdEndpoint(item, https));
     etcd.endpoints.push_back(std::move(endpoint));
   }
@@ -75,8 +75,8 @@ Result<agent::EtcdRendezvous> resolveEtcd(
   for (const auto& [key, value] : conf) {
     if (key == "prefix" || key == "etcd_prefix") {
       if (value.empty() || value.find_first_of(" \t\n") != std::string::npos) {
-        return confError(key, "expects a key prefix without spaces, like /dtrun, got '" + value +
-                                  "'");
+        return confError(key,
+                         "expects a key prefix without spaces, like /dtrun, got '" + value + "'");
       }
       prefix = value;
     } else if (key == "protocol") {

@@ -171,9 +171,9 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
     }
   } else if (plan.rdzvBackend == "etcd") {
     multi.nodeRank = explicitRank ? nodeRank : -1;
-    DTRUN_ASSIGN_OR_RETURN(
-        multi.etcd, resolveEtcd(plan.rdzvEndpoint, plan.rdzvConf, config.runId,
-                                options.env("DTRUN_ETCD_PASSWORD").value_or("")));
+    DTRUN_ASSIGN_OR_RETURN(multi.etcd,
+                           resolveEtcd(plan.rdzvEndpoint, plan.rdzvConf, config.runId,
+                                       options.env("DTRUN_ETCD_PASSWORD").value_or("")));
   } else {
     multi.nodeRank = explicitRank ? nodeRank : -1;
     const auto endpointHost = plan.rdzvEndpoint.substr(0, plan.rdzvEndpoint.rfind(':'));

@@ -280,9 +280,9 @@ class EtcdAgentPresence final : public EtcdPresence {
 Result<std::unique_ptr<EtcdPresence>> EtcdPresence::start(
     std::shared_ptr<EtcdClient> client, std::string prefix, std::string jobId, std::string agentId,
     std::chrono::seconds leaseTtl, std::function<void(const Status&)> onLeaseLost) {
-  auto presence = std::make_unique<EtcdAgentPresence>(std::move(client), std::move(prefix),
-                                                      std::move(jobId), std::move(agentId),
-                                                      leaseTtl, std::move(onLeaseLost));
+  auto presence =
+      std::make_unique<EtcdAgentPresence>(std::move(client), std::move(prefix), std::move(jobId),
+                                          std::move(agentId), leaseTtl, std::move(onLeaseLost));
   DTRUN_TRY(presence->start());
   return std::unique_ptr<EtcdPresence>(std::move(presence));
 }

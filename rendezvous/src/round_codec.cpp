@@ -225,7 +225,7 @@ std::string encodeKeeperState(const KeeperState& k) {
   for (const auto& record : k.spares) {
     spares.push_back(recordJson(record));
   }
-  json j = {{"round", k.round},   {"attempt", k.attempt}, {"no_progress", k.noProgressStreak},
+  json j = {{"round", k.round},       {"attempt", k.attempt}, {"no_progress", k.noProgressStreak},
             {"expected", k.expected}, {"phase", k.phase},     {"members", members},
             {"spares", spares}};
   if (k.closedBy) {

@@ -72,7 +72,7 @@ struct KeeperState {
   int attempt = 0;
   int noProgressStreak = 0;
   int expected = 0;
-  std::string phase;  // gathering, running, exiting, closed
+  std::string phase;                                // gathering, running, exiting, closed
   std::vector<std::pair<int, NodeRecord>> members;  // (slot, record) by node rank
   std::vector<NodeRecord> spares;
   std::optional<RoundEnd> closedBy;

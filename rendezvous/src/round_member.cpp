@@ -45,8 +45,7 @@ class StoreRoundMember final : public RoundMember {
     const std::string mine = detail::encodeSettings(settings_);
     DTRUN_ASSIGN_OR_RETURN(auto held, waiter_->compareSet(keys_.keeper(), "", mine));
     if (held == mine) {
-      return askKeeperService ? waiter_->queuePush(detail::kKeeperRequests, jobId_)
-                              : Status::ok();
+      return askKeeperService ? waiter_->queuePush(detail::kKeeperRequests, jobId_) : Status::ok();
     }
     if (const auto theirs = detail::decodeSettings(held);
         theirs &&
@@ -290,8 +289,7 @@ Result<std::unique_ptr<RoundMember>> RoundMember::create(std::unique_ptr<Store> 
                                                          const std::string& jobId,
                                                          const RoundSettings& settings,
                                                          NodeRecord self) {
-  return makeMember(std::move(waiter), std::move(notifier), jobId, settings, std::move(self),
-                    true);
+  return makeMember(std::move(waiter), std::move(notifier), jobId, settings, std::move(self), true);
 }
 
 }  // namespace dtrun::rdzv

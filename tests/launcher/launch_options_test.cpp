@@ -488,8 +488,8 @@ TEST_CASE("more than one node makes a multi-node configuration", "[unit][launche
     host.env["DTRUN_ETCD_PASSWORD"] = "from-env";
     host.hostName = "node7";
     const auto p = planOk({"--nnodes=2:3", "--rdzv_backend=etcd-v3",
-                           "--rdzv_endpoint=https://10.0.0.1:2379/,10.0.0.2:2379",
-                           "--rdzv_id=job9", "--master_port=29600",
+                           "--rdzv_endpoint=https://10.0.0.1:2379/,10.0.0.2:2379", "--rdzv_id=job9",
+                           "--master_port=29600",
                            "--rdzv_conf=prefix=/team,cacert=ca.pem,cert=c.pem,key=c.key,"
                            "user=alice,lease_ttl=7,read_timeout=9",
                            "x.py"},
@@ -594,8 +594,8 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "got '127.0.0.1'"},
       {{"--rdzv_backend=etcd", "--rdzv_endpoint=https://127.0.0.1:2379", "x.py"},
        "--rdzv_conf: TLS to etcd needs cacert=<the CA file that signed etcd's certificate>"},
-      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "--rdzv_conf=cacert=ca.pem,cert=c.pem",
-        "x.py"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379",
+        "--rdzv_conf=cacert=ca.pem,cert=c.pem", "x.py"},
        "--rdzv_conf: cert and key go together (the client certificate and its private key)"},
       {{"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1:2379", "--rdzv_conf=lease_ttl=0", "x.py"},
        "--rdzv_conf lease_ttl: expects whole seconds from 1 to 3600, got '0'"},

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "dtrun/round.h"
+
 #include "round_codec.h"
 #include "support/test_support.h"
 

@@ -437,7 +437,8 @@ int runErrors(Reporter& report, const std::string& backendName) {
     b.data = nullptr;
     pg->allReduce(b);
   });
-  bad(cuda ? "all_reduce CPU buffer on the nccl backend" : "all_reduce CUDA buffer on a CPU backend",
+  bad(cuda ? "all_reduce CPU buffer on the nccl backend"
+           : "all_reduce CUDA buffer on a CPU backend",
       {cuda ? "CUDA" : "CPU"}, [&] {
         rt::Buffer b = one;
         b.device = cuda ? rt::Device::kCpu : rt::Device::kCuda;

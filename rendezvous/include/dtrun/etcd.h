@@ -73,7 +73,7 @@ struct EtcdOp {
 
 struct EtcdTxnResult {
   bool succeeded = false;
-  std::int64_t revision = 0;                  // the store's revision after the transaction
+  std::int64_t revision = 0;                    // the store's revision after the transaction
   std::vector<std::vector<EtcdKeyValue>> gets;  // one entry per kGet of the branch that ran
 };
 

@@ -159,8 +159,8 @@ struct KeeperOptions {
 // a keeper started where another left off (it died) takes over from there: it ends the round
 // the lost nodes were in (a membership change, not charged) and carries the restart count, the
 // no-progress streak and the spares into the next one.
-Status runKeeper(std::unique_ptr<Store> store, const std::string& jobId, const KeeperOptions& options,
-                 const std::atomic<bool>& stopping);
+Status runKeeper(std::unique_ptr<Store> store, const std::string& jobId,
+                 const KeeperOptions& options, const std::atomic<bool>& stopping);
 
 // Tells the job's keeper that an agent is gone (its lease expired), whatever round it was in:
 // a member's round ends at once, a spare is forgotten, an arrival is dropped.
