@@ -226,10 +226,12 @@ class Transport {
   std::vector<Chunk> chunkPool_;
   std::vector<pollfd> pollFds_;  // the driver's scratch
   std::vector<int> pollPeers_;
-  std::vector<int> shmPeers_;         // the driver's scratch: peers with a link
-  std::vector<shm::Link*> shmWatch_;  // their links, read without the mutex while spinning
-  std::vector<char> shmWantSpace_;    // whether each has sends waiting for ring space
-  bool tcpPeers_ = false;             // some peer is on a socket: spin with poll()
+  std::vector<int> shmPeers_;             // the driver's scratch: peers with a link
+  std::vector<shm::Link*> shmWatch_;      // their links, read without the mutex while spinning
+  std::vector<char> shmWantSpace_;        // whether each has sends waiting for ring space
+  std::chrono::microseconds spinBudget_;  // the adaptive spin (pollOnce), at most spin_
+  unsigned spinProbe_ = 0;                // waits since the budget dropped to zero
+  bool tcpPeers_ = false;                 // some peer is on a socket: spin with poll()
   std::thread background_;
 };
 
