@@ -14,8 +14,8 @@
 namespace dtrun::rdzv {
 namespace {
 
-using nlohmann::json;
 using detail::EtcdHttp;
+using nlohmann::json;
 using Clock = EtcdHttp::Clock;
 using std::chrono::milliseconds;
 
@@ -266,8 +266,8 @@ class GatewayClient final : public EtcdClient {
   Result<EtcdTxnResult> txn(const std::vector<EtcdCompare>& compares,
                             const std::vector<EtcdOp>& success,
                             const std::vector<EtcdOp>& failure) override {
-    json request = {{"compare", json::array()}, {"success", json::array()},
-                    {"failure", json::array()}};
+    json request = {
+        {"compare", json::array()}, {"success", json::array()}, {"failure", json::array()}};
     for (const auto& c : compares) {
       request["compare"].push_back(compareJson(c));
     }
@@ -304,18 +304,20 @@ class GatewayClient final : public EtcdClient {
   Status keepAlive(std::int64_t lease) override {
     // A stream in gRPC: one request, the first reply is the answer.
     json answer;
-    DTRUN_TRY(streamCall("/v3/lease/keepalive", {{"ID", std::to_string(lease)}},
-                         Clock::now() + options_.timeout, nullptr, [&](const json& message) {
-                           answer = message;
-                           return true;
-                         }));
+    DTRUN_TRY(withFreshToken([&] {
+      answer = json();
+      return streamCall("/v3/lease/keepalive", {{"ID", std::to_string(lease)}},
+                        Clock::now() + options_.timeout, nullptr, [&](const json& message) {
+                          answer = message;
+                          return true;
+                        });
+    }));
     const json& result = answer.contains("result") ? answer.at("result") : answer;
     if (answer.is_null()) {
       return Status::timeout("etcd at " + endpoints() + ": no answer to a lease keep-alive");
     }
     if (number(result, "TTL") <= 0) {
-      return Status::error(Errc::kNotFound,
-                           "etcd lease " + std::to_string(lease) + " has expired");
+      return Status::error(Errc::kNotFound, "etcd lease " + std::to_string(lease) + " has expired");
     }
     return Status::ok();
   }
@@ -333,9 +335,30 @@ class GatewayClient final : public EtcdClient {
     }
     std::vector<EtcdEvent> events;
     Status problem;
-    DTRUN_TRY(streamCall(
-        "/v3/watch", {{"create_request", create}}, Clock::now() + timeout, cancel,
-        [&](const json& message) {
+    const auto until = Clock::now() + timeout;
+    DTRUN_TRY(withFreshToken([&] {
+      events.clear();
+      problem = Status::ok();
+      const auto s = watchOnce(key, create, until, cancel, events, problem);
+      return s.isOk() ? problem : s;
+    }));
+    return events;
+  }
+
+  [[nodiscard]] std::string endpoints() const override {
+    std::string text;
+    for (const auto& e : options_.endpoints) {
+      text += (text.empty() ? "" : ",") + e;
+    }
+    return text;
+  }
+
+ private:
+  Status watchOnce(std::string_view key, const json& create, Clock::time_point until,
+                   const std::atomic<bool>* cancel, std::vector<EtcdEvent>& events,
+                   Status& problem) {
+    return streamCall(
+        "/v3/watch", {{"create_request", create}}, until, cancel, [&](const json& message) {
           const json& r = message.contains("result") ? message.at("result") : message;
           if (r.value("canceled", false)) {
             problem = Status::protocol("etcd at " + endpoints() + " cancelled a watch of '" +
@@ -354,20 +377,23 @@ class GatewayClient final : public EtcdClient {
             }
           }
           return !events.empty();
-        }));
-    DTRUN_TRY(problem);
-    return events;
+        });
   }
 
-  [[nodiscard]] std::string endpoints() const override {
-    std::string text;
-    for (const auto& e : options_.endpoints) {
-      text += (text.empty() ? "" : ",") + e;
+  // A stream (watch, keep-alive), run again once with a new token when etcd says it no longer
+  // knows ours: its simple tokens lapse after --auth-token-ttl unused, and a restarted member
+  // forgets them. Unary calls do the same in call().
+  template <typename Run>
+  Status withFreshToken(Run&& run) {
+    Status s = run();
+    if (!s.isOk() && !options_.user.empty() &&
+        s.message().find("auth token") != std::string::npos) {
+      DTRUN_TRY(authenticate());
+      s = run();
     }
-    return text;
+    return s;
   }
 
- private:
   [[nodiscard]] std::string token() const {
     const std::lock_guard lock(mutex_);
     return token_;
@@ -443,8 +469,8 @@ class GatewayClient final : public EtcdClient {
                                  " ms (" + last + "); check --rdzv_endpoint");
         }
       }
-      std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(50 * (turn + 1)),
-                                                         milliseconds(500)));
+      std::this_thread::sleep_for(
+          std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
     }
   }
 
@@ -529,8 +555,8 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::connect(const EtcdOptions& optio
   if (!options.certFile.empty() && options.caFile.empty()) {
     return Status::invalidArgument("etcd: a client certificate needs the CA (--rdzv_conf cacert)");
   }
-  DTRUN_ASSIGN_OR_RETURN(auto http, EtcdHttp::create({options.caFile, options.certFile,
-                                                      options.keyFile}));
+  DTRUN_ASSIGN_OR_RETURN(auto http,
+                         EtcdHttp::create({options.caFile, options.certFile, options.keyFile}));
   auto client = std::make_unique<GatewayClient>(options, std::move(http));
   DTRUN_TRY(client->start());
   return std::unique_ptr<EtcdClient>(std::move(client));

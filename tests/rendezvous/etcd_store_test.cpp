@@ -1,0 +1,339 @@
+// The Store interface over a real etcd: the same expectations as store_test.cpp has of dtrun's
+// own store, plus what only etcd can show (other jobs' prefixes untouched, consumers racing).
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "dtrun/etcd.h"
+
+#include "support/etcd_server.h"
+#include "support/process.h"
+
+using namespace std::chrono_literals;
+using dtrun::Errc;
+using dtrun::rdzv::EtcdClient;
+using dtrun::rdzv::Store;
+using dtrun::testing::EtcdCluster;
+
+namespace {
+
+bool skipWithoutEtcd() {
+  if (dtrun::testing::etcdAvailable()) {
+    return false;
+  }
+  WARN(
+      "skipped: /usr/bin/etcd or /usr/bin/etcdctl is missing (scripts/setup.sh installs "
+      "etcd-server and etcd-client)");
+  return true;
+}
+
+std::shared_ptr<EtcdClient> clientOf(const EtcdCluster& etcd,
+                                     std::chrono::milliseconds timeout = 5s) {
+  auto client = EtcdClient::connect(etcd.clientOptions(timeout));
+  if (!client.isOk()) {
+    FAIL(client.status().toString());
+  }
+  return std::shared_ptr<EtcdClient>(std::move(client).value());
+}
+
+std::unique_ptr<Store> storeOf(std::shared_ptr<EtcdClient> client,
+                               const std::string& prefix = "/dtrun/job/") {
+  auto store = dtrun::rdzv::makeEtcdStore(std::move(client), prefix);
+  if (!store.isOk()) {
+    FAIL(store.status().toString());
+  }
+  return std::move(store).value();
+}
+
+}  // namespace
+
+TEST_CASE("etcd store: every operation works", "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  auto store = storeOf(client);
+
+  REQUIRE(store->set("k", "v").isOk());
+  CHECK(client->get("/dtrun/job/k").value()->value == "v");  // under the prefix
+  CHECK(store->get("k").value() == "v");
+  CHECK(store->add("n", 5).value() == 5);
+  CHECK(store->add("n", -7).value() == -2);
+  CHECK(store->compareSet("cas", "", "v1").value() == "v1");
+  CHECK(store->compareSet("cas", "wrong", "v2").value() == "v1");
+  CHECK(store->compareSet("cas", "v1", "v2").value() == "v2");
+  CHECK(store->compareSet("nokey", "x", "y").value() == "x");  // upstream's quirk
+  CHECK_FALSE(store->tryGet("nokey").value().has_value());
+  const std::vector<std::string> present{"k", "n"};
+  const std::vector<std::string> partly{"k", "absent"};
+  CHECK(store->check(present).value());
+  CHECK_FALSE(store->check(partly).value());
+  CHECK(store->wait(present, 1s).isOk());
+  CHECK(store->numKeys().value() == 3);
+  CHECK(store->deleteKey("cas").value());
+  CHECK_FALSE(store->deleteKey("cas").value());
+  REQUIRE(store->append("log", "a").isOk());
+  REQUIRE(store->append("log", "b").isOk());
+  CHECK(store->get("log").value() == "ab");
+  const std::vector<std::string> keys{"m1", "m2"};
+  const std::vector<std::string> values{"1", std::string(100000, 'x')};
+  REQUIRE(store->multiSet(keys, values).isOk());
+  CHECK(store->multiGet(keys).value() == values);
+  CHECK(store->ping().isOk());
+  REQUIRE(store->queuePush("q", "a").isOk());
+  REQUIRE(store->queuePush("q", "b").isOk());
+  CHECK(store->queueLen("q").value() == 2);
+  CHECK(store->queuePop("q", 1s).value() == "a");
+  CHECK(store->queuePop("q", 1s).value() == "b");
+  CHECK(store->queueLen("q").value() == 0);
+  REQUIRE(store->queuePush("q", "left in the queue").isOk());
+  auto listed = store->listKeys().value();
+  std::sort(listed.begin(), listed.end());
+  CHECK(listed == std::vector<std::string>{"k", "log", "m1", "m2", "n"});  // queues are not keys
+  CHECK(store->barrier("solo", 1, 1s).isOk());
+  CHECK(store->peer() == etcd.endpoint(0));
+
+  REQUIRE(store->set("bad", "not a number").isOk());
+  CHECK(store->add("bad", 1).status().code() == Errc::kInvalidArgument);
+
+  // Another prefix is another job: it sees none of this one's keys.
+  auto other = storeOf(client, "/dtrun/other/");
+  CHECK(other->numKeys().value() == 0);
+  CHECK_FALSE(other->tryGet("k").value().has_value());
+  CHECK(client->erase("/dtrun/job/", true).value() > 0);
+  CHECK(store->numKeys().value() == 0);
+}
+
+TEST_CASE("etcd store: get and multiGet wait for keys set later", "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  auto reader = storeOf(client);
+  std::thread writer([&] {
+    auto store = storeOf(client);
+    std::this_thread::sleep_for(200ms);
+    static_cast<void>(store->set("late", "here"));
+    std::this_thread::sleep_for(100ms);
+    static_cast<void>(store->set("later", "there"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto value = reader->get("late");
+  const auto both = reader->multiGet(std::vector<std::string>{"late", "later"});
+  writer.join();
+  REQUIRE(value.isOk());
+  CHECK(value.value() == "here");
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK(both.value() == std::vector<std::string>{"here", "there"});
+
+  SECTION("get gives up at the client's timeout") {
+    auto quick = storeOf(clientOf(etcd, 300ms));
+    const auto missing = quick->get("never");
+    CHECK(missing.status().code() == Errc::kTimeout);
+    CHECK_THAT(missing.status().message(), Catch::Contains("get(never)"));
+  }
+}
+
+TEST_CASE("etcd store: wait wakes at once on a set and times out naming its keys",
+          "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  auto store = storeOf(client);
+  const std::vector<std::string> never{"never", "other"};
+  const auto status = store->wait(never, 300ms);
+  CHECK(status.code() == Errc::kTimeout);
+  CHECK_THAT(status.message(), Catch::Contains("wait([never, other])"));
+  CHECK_THAT(status.message(), Catch::Contains(etcd.endpoint(0)));
+  CHECK_THAT(status.message(), Catch::Contains("300ms"));
+
+  // Unrelated writes under the same prefix do not end the wait; the last key does, at once.
+  std::atomic<long long> setAt{0};
+  std::thread writer([&] {
+    auto other = storeOf(client);
+    std::this_thread::sleep_for(200ms);
+    static_cast<void>(other->set("never", "1"));
+    static_cast<void>(other->set("unrelated", "1"));
+    std::this_thread::sleep_for(200ms);
+    setAt = std::chrono::steady_clock::now().time_since_epoch().count();
+    static_cast<void>(other->set("other", "1"));
+  });
+  const auto s = store->wait(never, 10s);
+  const auto wokeAt = std::chrono::steady_clock::now().time_since_epoch().count();
+  writer.join();
+  CHECK(s.isOk());
+  const auto lag = std::chrono::nanoseconds(wokeAt - setAt.load());
+  CHECK(lag < 2s);  // a watch, not a poll; generous for loaded CI machines
+  CHECK(store->add("counter", 1).value() == 1);
+}
+
+TEST_CASE("etcd store: a barrier of 4 threads returns for everyone", "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  constexpr int kWorld = 4;
+  std::vector<std::thread> threads;
+  threads.reserve(kWorld);
+  std::atomic<int> passed{0};
+  for (int i = 0; i < kWorld; ++i) {
+    threads.emplace_back([&] {
+      auto store = storeOf(client);
+      if (store->barrier("all", kWorld, 10s).isOk()) {
+        ++passed;
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  CHECK(passed == kWorld);
+  auto store = storeOf(client);
+  CHECK(store->barrier("short", 2, 200ms).code() == Errc::kTimeout);
+}
+
+TEST_CASE("etcd store: queues are FIFO, pops block until a push, each item goes to one consumer",
+          "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  auto consumer = storeOf(client);
+
+  SECTION("a blocking pop wakes on a push from another thread") {
+    CHECK(consumer->queuePop("jobs", 100ms).status().code() == Errc::kTimeout);
+    std::thread producer([&] {
+      auto store = storeOf(client);
+      std::this_thread::sleep_for(200ms);
+      static_cast<void>(store->queuePush("jobs", "job-1"));
+    });
+    const auto item = consumer->queuePop("jobs", 10s);
+    producer.join();
+    CHECK(item.value() == "job-1");
+  }
+
+  SECTION("a batch pop drains in order and waits only for the first item") {
+    CHECK(consumer->queuePopMany("inbox", 8, 100ms).status().code() == Errc::kTimeout);
+    for (const char* item : {"1", "2", "3", "4", "5"}) {
+      REQUIRE(consumer->queuePush("inbox", item).isOk());
+    }
+    CHECK(consumer->queuePopMany("inbox", 3, 1s).value() ==
+          std::vector<std::string>{"1", "2", "3"});
+    CHECK(consumer->queuePopMany("inbox", 100, 1s).value() == std::vector<std::string>{"4", "5"});
+    CHECK(consumer->queueLen("inbox").value() == 0);
+    // More than one transaction's worth (128) in one pop.
+    std::vector<std::string> many;
+    for (int i = 0; i < 300; ++i) {
+      many.push_back(std::to_string(i));
+      REQUIRE(consumer->queuePush("inbox", many.back()).isOk());
+    }
+    CHECK(consumer->queuePopMany("inbox", 1024, 1s).value() == many);
+  }
+
+  SECTION("two consumers racing get each item exactly once") {
+    constexpr int kItems = 200;
+    std::mutex mutex;
+    std::vector<std::string> got;
+    std::atomic<bool> done{false};
+    std::vector<std::thread> consumers;
+    consumers.reserve(2);
+    for (int c = 0; c < 2; ++c) {
+      consumers.emplace_back([&, c] {
+        auto store = storeOf(client);
+        while (!done.load()) {
+          auto items = store->queuePopMany("work", c == 0 ? 1 : 7, 200ms);
+          if (items.isOk()) {
+            const std::lock_guard lock(mutex);
+            got.insert(got.end(), items.value().begin(), items.value().end());
+          }
+        }
+      });
+    }
+    auto producer = storeOf(client);
+    for (int i = 0; i < kItems; ++i) {
+      REQUIRE(producer->queuePush("work", std::to_string(i)).isOk());
+    }
+    REQUIRE(dtrun::testing::waitUntil(
+        [&] {
+          const std::lock_guard lock(mutex);
+          return got.size() >= kItems;
+        },
+        30s));
+    done = true;
+    for (auto& t : consumers) {
+      t.join();
+    }
+    CHECK(got.size() == kItems);
+    CHECK(std::set<std::string>(got.begin(), got.end()).size() == kItems);
+  }
+}
+
+TEST_CASE("etcd store: concurrent adds and compare-sets from 8 threads are exact",
+          "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd, 30s);
+  constexpr int kThreads = 8;
+  constexpr int kAdds = 25;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  std::atomic<int> failures{0};
+  std::atomic<int> winners{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto store = storeOf(client);
+      for (int i = 0; i < kAdds; ++i) {
+        if (!store->add("total", 1).isOk()) {
+          ++failures;
+        }
+      }
+      const std::string mine = "thread-" + std::to_string(t);
+      if (store->compareSet("owner", "", mine).value() == mine) {
+        ++winners;
+      }
+      if (!store->append("trail", "x").isOk()) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  auto store = storeOf(client);
+  CHECK(failures == 0);
+  CHECK(store->get("total").value() == std::to_string(kThreads * kAdds));
+  CHECK(winners == 1);
+  CHECK(store->get("trail").value() == std::string(kThreads, 'x'));
+}
+
+TEST_CASE("etcd store: multiSet and multiGet past one transaction (128 ops, 1.5 MiB)",
+          "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto store = storeOf(clientOf(etcd));
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back("bulk/" + std::to_string(i));
+    values.push_back(std::string(i % 50 == 0 ? 200000 : 10, static_cast<char>('a' + i % 26)));
+  }
+  REQUIRE(store->multiSet(keys, values).isOk());
+  CHECK(store->multiGet(keys).value() == values);
+  CHECK(store->check(keys).value());
+  CHECK(store->numKeys().value() == 300);
+}
