@@ -214,8 +214,10 @@ class GatewayClient final : public EtcdClient {
     if (!options_.user.empty()) {
       return authenticate();
     }
-    // Reach one endpoint now: a wrong address or CA fails here, with one line.
-    return call("/v3/maintenance/status", json::object()).status();
+    // Reach one endpoint now: a wrong address or CA fails here, with one line. A read, not the
+    // status call: an etcd with auth answers the status to anyone but refuses a read without a
+    // user, and that too must fail here.
+    return call("/v3/kv/range", {{"key", base64("/")}, {"count_only", true}}).status();
   }
 
   Result<std::optional<EtcdKeyValue>> get(std::string_view key) override {
@@ -452,6 +454,16 @@ class GatewayClient final : public EtcdClient {
         }
         if (reply.isOk()) {
           const auto message = etcdMessage(reply.value().body);
+          if (message.find("user name is empty") != std::string::npos) {
+            return Status::error(Errc::kDenied, "etcd at " + endpoint +
+                                                    " requires a user and password (set "
+                                                    "--rdzv_conf user and password)");
+          }
+          if (message.find("permission denied") != std::string::npos) {
+            return Status::error(Errc::kDenied, "etcd at " + endpoint + ": " + std::string(path) +
+                                                    ": " + message + " (user '" + options_.user +
+                                                    "' needs readwrite on the job's prefix)");
+          }
           if (!transient(message)) {
             return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
                                     message);
