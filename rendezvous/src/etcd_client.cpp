@@ -436,7 +436,9 @@ class GatewayClient final : public EtcdClient {
     const auto deadline = Clock::now() + options_.timeout;
     const std::string body = request.dump();
     const std::size_t n = options_.endpoints.size();
-    std::string last;
+    // Why each endpoint did not answer, last time it was tried: the error names them all.
+    std::vector<std::string> why(n);
+    bool unreachable = true;  // only transport failures so far: kConnection at the deadline
     for (int turn = 0;; ++turn) {
       const std::size_t first = current_.load();
       for (std::size_t i = 0; i < n; ++i) {
@@ -468,22 +470,37 @@ class GatewayClient final : public EtcdClient {
             return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
                                     message);
           }
-          last = "etcd at " + endpoint + ": " + message;
+          why[at] = "etcd at " + endpoint + ": " + message;
+          unreachable = false;
         } else if (reply.status().code() == Errc::kDenied) {
           return reply.status();
-        } else {
-          last = reply.status().message();
+        } else if (reply.status().code() != Errc::kTimeout || why[at].empty()) {
+          // A refusal says more than the deadline that cut the last try short.
+          why[at] = reply.status().message();
         }
         current_ = (at + 1) % n;  // the next call starts with another member
         if (Clock::now() >= deadline) {
-          return Status::timeout("etcd at " + endpoints() + ": " + std::string(path) +
-                                 " not done in " + std::to_string(options_.timeout.count()) +
-                                 " ms (" + last + "); check --rdzv_endpoint");
+          return notDone(path, why, unreachable);
         }
       }
       std::this_thread::sleep_for(
           std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
     }
+  }
+
+  [[nodiscard]] Status notDone(std::string_view path, const std::vector<std::string>& why,
+                               bool unreachable) const {
+    std::string text;
+    for (const auto& w : why) {
+      if (!w.empty()) {
+        text += text.empty() ? "" : "; ";
+        text += w;
+      }
+    }
+    return Status::error(unreachable ? Errc::kConnection : Errc::kTimeout,
+                         "etcd at " + endpoints() + ": " + std::string(path) + " not done in " +
+                             std::to_string(options_.timeout.count()) + " ms (" + text +
+                             "); check --rdzv_endpoint");
   }
 
   // etcd's answers that another member, or the same a moment later, may not give.
