@@ -1,7 +1,12 @@
 #include "etcd_http.h"
 
+#include <cerrno>
 #include <optional>
+#include <system_error>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -31,7 +36,8 @@ struct Target {
 
 Target splitEndpoint(const std::string& endpoint) {
   const auto colon = endpoint.rfind(':');
-  Target t{endpoint.substr(0, colon), colon == std::string::npos ? "2379" : endpoint.substr(colon + 1)};
+  Target t{endpoint.substr(0, colon),
+           colon == std::string::npos ? "2379" : endpoint.substr(colon + 1)};
   if (t.host.size() > 1 && t.host.front() == '[' && t.host.back() == ']') {
     t.host = t.host.substr(1, t.host.size() - 2);
   }
@@ -78,7 +84,8 @@ bool isTlsError(const error_code& ec) {
 
 Status failure(const std::string& endpoint, const char* step, const Outcome& o) {
   if (o.cancelled) {
-    return Status::error(Errc::kCancelled, std::string(step) + " etcd at " + endpoint + ": cancelled");
+    return Status::error(Errc::kCancelled,
+                         std::string(step) + " etcd at " + endpoint + ": cancelled");
   }
   if (o.timedOut) {
     return Status::timeout(std::string(step) + " etcd at " + endpoint + ": no answer in time");
@@ -129,7 +136,9 @@ class Exchange {
     }
     o = await(
         io, deadline, cancel,
-        [&](auto handler) { http::async_read_header(stream, buffer_, parser_, std::move(handler)); },
+        [&](auto handler) {
+          http::async_read_header(stream, buffer_, parser_, std::move(handler));
+        },
         abort);
     if (streamEnded(o)) {
       return Status::ok();
@@ -214,7 +223,9 @@ struct EtcdHttp::Impl {
       stream.set_verify_callback(asio::ssl::host_name_verification(t.host));
       o = await(
           io, deadline, cancel,
-          [&](auto handler) { stream.async_handshake(asio::ssl::stream_base::client, std::move(handler)); },
+          [&](auto handler) {
+            stream.async_handshake(asio::ssl::stream_base::client, std::move(handler));
+          },
           abort);
       if (o.ec || o.timedOut || o.cancelled) {
         return failure(endpoint, "TLS handshake with", o);
@@ -232,7 +243,30 @@ struct EtcdHttp::Impl {
 EtcdHttp::EtcdHttp(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EtcdHttp::~EtcdHttp() = default;
 
+namespace {
+
+// Why `path` cannot be read ("" if it can): OpenSSL's own words for a missing file are "asio.ssl
+// error".
+std::string unreadable(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return std::system_category().message(errno);
+  }
+  ::close(fd);
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<EtcdHttp>> EtcdHttp::create(const EtcdTls& tls) {
+  for (const auto& [path, what] : {std::pair{tls.caFile, "CA file (--rdzv_conf cacert)"},
+                                   std::pair{tls.certFile, "client certificate (--rdzv_conf cert)"},
+                                   std::pair{tls.keyFile, "client key (--rdzv_conf key)"}}) {
+    if (const auto why = path.empty() ? std::string() : unreadable(path); !why.empty()) {
+      return Status::invalidArgument("etcd: cannot read the " + std::string(what) + " '" + path +
+                                     "': " + why);
+    }
+  }
   auto impl = std::make_unique<Impl>();
   if (!tls.caFile.empty()) {
     impl->tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
@@ -246,8 +280,8 @@ Result<std::unique_ptr<EtcdHttp>> EtcdHttp::create(const EtcdTls& tls) {
     if (!tls.certFile.empty()) {
       impl->tls->use_certificate_chain_file(tls.certFile, ec);
       if (ec) {
-        return Status::invalidArgument("etcd: cannot read the client certificate '" +
-                                       tls.certFile + "' (--rdzv_conf cert): " + ec.message());
+        return Status::invalidArgument("etcd: cannot read the client certificate '" + tls.certFile +
+                                       "' (--rdzv_conf cert): " + ec.message());
       }
       impl->tls->use_private_key_file(tls.keyFile, asio::ssl::context::pem, ec);
       if (ec) {
@@ -263,8 +297,8 @@ Result<EtcdHttp::Reply> EtcdHttp::post(const std::string& endpoint, std::string_
                                        std::string_view body, const std::string& authorization,
                                        Clock::time_point deadline) const {
   Reply reply;
-  DTRUN_TRY(impl_->exchange(endpoint, path, body, authorization, deadline, nullptr, nullptr,
-                            &reply));
+  DTRUN_TRY(
+      impl_->exchange(endpoint, path, body, authorization, deadline, nullptr, nullptr, &reply));
   return reply;
 }
 
