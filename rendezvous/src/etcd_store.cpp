@@ -16,6 +16,8 @@ using std::chrono::milliseconds;
 
 // etcd's default --max-txn-ops is 128: longer batches go in several transactions.
 constexpr std::size_t kTxnOps = 128;
+// Under etcd's default --max-request-bytes (1.5 MiB), with room for the request's framing.
+constexpr std::size_t kTxnBytes = std::size_t{1} << 20;
 
 std::string describeKeys(std::span<const std::string> keys) {
   std::string text;
@@ -153,18 +155,25 @@ class EtcdStore final : public Store {
       return Status::invalidArgument("multi_set: " + std::to_string(keys.size()) + " keys but " +
                                      std::to_string(values.size()) + " values");
     }
-    for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
-      std::vector<EtcdOp> puts;
-      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
-        EtcdOp op;
-        op.type = EtcdOp::Type::kPut;
-        op.key = full(keys[i]);
-        op.value = values[i];
-        puts.push_back(std::move(op));
+    // etcd refuses a request over --max-request-bytes (1.5 MiB by default): a transaction ends
+    // at kTxnOps puts or kTxnBytes of keys and values, whichever comes first.
+    std::vector<EtcdOp> puts;
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const std::size_t size = prefix_.size() + keys[i].size() + values[i].size();
+      if (!puts.empty() && (puts.size() == kTxnOps || bytes + size > kTxnBytes)) {
+        DTRUN_TRY(client_->txn({}, puts, {}).status());
+        puts.clear();
+        bytes = 0;
       }
-      DTRUN_TRY(client_->txn({}, puts, {}).status());
+      EtcdOp op;
+      op.type = EtcdOp::Type::kPut;
+      op.key = full(keys[i]);
+      op.value = values[i];
+      puts.push_back(std::move(op));
+      bytes += size;
     }
-    return Status::ok();
+    return puts.empty() ? Status::ok() : client_->txn({}, puts, {}).status();
   }
 
   Result<std::chrono::microseconds> ping() override {
@@ -222,8 +231,9 @@ class EtcdStore final : public Store {
         return Status::timeout("queue_pop(" + std::string(key) + ") on " + peer() +
                                ": no item within " + std::to_string(timeout.count()) + "ms");
       }
-      DTRUN_TRY(client_->watch(dir, true, range.revision + 1,
-                               std::chrono::duration_cast<milliseconds>(deadline - now))
+      DTRUN_TRY(client_
+                    ->watch(dir, true, range.revision + 1,
+                            std::chrono::duration_cast<milliseconds>(deadline - now))
                     .status());
     }
   }
@@ -260,8 +270,9 @@ class EtcdStore final : public Store {
                                ") on " + peer() + ": not everyone arrived within " +
                                std::to_string(timeout.count()) + "ms");
       }
-      DTRUN_TRY(client_->watch(name, false, range.revision + 1,
-                               std::chrono::duration_cast<milliseconds>(deadline - now))
+      DTRUN_TRY(client_
+                    ->watch(name, false, range.revision + 1,
+                            std::chrono::duration_cast<milliseconds>(deadline - now))
                     .status());
     }
   }
@@ -318,8 +329,9 @@ class EtcdStore final : public Store {
                                ": no reply within " + std::to_string(timeout.count()) + "ms");
       }
       const auto& key = keys[static_cast<std::size_t>(missing - p.found.begin())];
-      DTRUN_TRY(client_->watch(full(key), false, p.revision + 1,
-                               std::chrono::duration_cast<milliseconds>(deadline - now))
+      DTRUN_TRY(client_
+                    ->watch(full(key), false, p.revision + 1,
+                            std::chrono::duration_cast<milliseconds>(deadline - now))
                     .status());
     }
   }
