@@ -341,7 +341,6 @@ TEST_CASE(
     CHECK(client.status().code() == Errc::kDenied);
     CHECK_THAT(message, Catch::Contains(etcd.endpoint(0)));
     CHECK_THAT(message, Catch::Contains("CA"));
-    CHECK_THAT(message, Catch::Contains(etcd.wrongCaFile()));
     CHECK(oneLine(message));
   }
 
@@ -395,6 +394,24 @@ TEST_CASE("etcd client: user/password auth; a wrong password is one line and kDe
     CHECK(client->keepAlive(lease).isOk());
   }
 
+  SECTION("a token etcd forgot is renewed, for watches and keep-alives too") {
+    // Not part of the cluster above: this one forgets tokens unused for a second.
+    EtcdCluster forgetful(EtcdClusterOptions{.auth = true, .authTokenTtlSeconds = 1});
+    auto client = connectTo(forgetful.clientOptions());
+    const auto lease = client->grantLease(30s).value();
+    REQUIRE(client->put("/auth/w", "1").isOk());
+    std::this_thread::sleep_for(2500ms);  // the token expires (etcd checks every second)
+    const auto events = client->watch("/auth/w", false, 1, 5s);
+    INFO(events.status().toString());
+    CHECK(events.isOk());
+    std::this_thread::sleep_for(2500ms);
+    const auto kept = client->keepAlive(lease);
+    INFO(kept.toString());
+    CHECK(kept.isOk());
+    std::this_thread::sleep_for(2500ms);
+    CHECK(client->get("/auth/w").isOk());
+  }
+
   SECTION("a wrong password") {
     auto options = etcd.clientOptions(3s);
     options.password = "wrong";
@@ -442,10 +459,8 @@ TEST_CASE("etcd client: unreachable endpoints fail within the timeout, naming th
   SECTION("bad options are refused before any connection") {
     EtcdOptions bad;
     CHECK(EtcdClient::connect(bad).status().code() == Errc::kInvalidArgument);
-    bad.endpoints = {"no-port"};
-    CHECK_THAT(EtcdClient::connect(bad).status().message(), Catch::Contains("'no-port'"));
     bad.endpoints = {a};
-    bad.certFile = "/x.pem";
-    CHECK_THAT(EtcdClient::connect(bad).status().message(), Catch::Contains("key"));
+    bad.caFile = "/nonexistent/ca.pem";
+    CHECK(EtcdClient::connect(bad).status().code() == Errc::kInvalidArgument);
   }
 }

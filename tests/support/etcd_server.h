@@ -93,7 +93,8 @@ struct EtcdClusterOptions {
   int members = 1;
   bool tls = false;  // https client URLs; clients must show a certificate of the CA
   bool requireClientCert = true;
-  bool auth = false;  // users root and "dtrun" (password kEtcdPassword), auth enabled
+  bool auth = false;            // users root and "dtrun" (password kEtcdPassword), auth enabled
+  int authTokenTtlSeconds = 0;  // > 0: etcd forgets an auth token unused this long
 };
 
 inline constexpr const char* kEtcdUser = "dtrun";
@@ -233,6 +234,9 @@ class EtcdCluster {
                                     "--quota-backend-bytes=268435456",
                                     "--logger=zap",
                                     "--log-level=error"};
+      if (options_.authTokenTtlSeconds > 0) {
+        argv.push_back("--auth-token-ttl=" + std::to_string(options_.authTokenTtlSeconds));
+      }
       if (options_.tls) {
         argv.push_back("--cert-file=" + (dir_ / "server.pem").string());
         argv.push_back("--key-file=" + (dir_ / "server.key").string());
