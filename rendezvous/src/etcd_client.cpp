@@ -456,21 +456,13 @@ class GatewayClient final : public EtcdClient {
         }
         if (reply.isOk()) {
           const auto message = etcdMessage(reply.value().body);
-          if (message.find("user name is empty") != std::string::npos) {
-            return Status::error(Errc::kDenied, "etcd at " + endpoint +
-                                                    " requires a user and password (set "
-                                                    "--rdzv_conf user and password)");
-          }
-          if (message.find("permission denied") != std::string::npos) {
-            return Status::error(Errc::kDenied, "etcd at " + endpoint + ": " + std::string(path) +
-                                                    ": " + message + " (user '" + options_.user +
-                                                    "' needs readwrite on the job's prefix)");
-          }
           if (!transient(message)) {
-            return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
-                                    message);
+            return refused(endpoint, path, message);
           }
-          why[at] = "etcd at " + endpoint + ": " + message;
+          why[at] = "etcd at ";
+          why[at] += endpoint;
+          why[at] += ": ";
+          why[at] += message;
           unreachable = false;
         } else if (reply.status().code() == Errc::kDenied) {
           return reply.status();
@@ -486,6 +478,22 @@ class GatewayClient final : public EtcdClient {
       std::this_thread::sleep_for(
           std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
     }
+  }
+
+  // etcd's answer when it is not one a moment's wait can change.
+  [[nodiscard]] Status refused(const std::string& endpoint, std::string_view path,
+                               const std::string& message) const {
+    if (message.find("user name is empty") != std::string::npos) {
+      return Status::error(Errc::kDenied, "etcd at " + endpoint +
+                                              " requires a user and password (set --rdzv_conf "
+                                              "user and password)");
+    }
+    if (message.find("permission denied") != std::string::npos) {
+      return Status::error(Errc::kDenied, "etcd at " + endpoint + ": " + std::string(path) + ": " +
+                                              message + " (user '" + options_.user +
+                                              "' needs readwrite on the job's prefix)");
+    }
+    return Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " + message);
   }
 
   [[nodiscard]] Status notDone(std::string_view path, const std::vector<std::string>& why,
@@ -528,7 +536,7 @@ class GatewayClient final : public EtcdClient {
       const auto& endpoint = options_.endpoints[at];
       std::size_t parsed = 0;
       Status bad;
-      const auto s = http_->stream(
+      auto s = http_->stream(
           endpoint, path, body, token(), deadline, cancel,
           [&](unsigned status, const std::string& text) {
             if (status != 200) {
@@ -565,7 +573,8 @@ class GatewayClient final : public EtcdClient {
       if (s.code() == Errc::kDenied || s.code() == Errc::kCancelled) {
         return s;
       }
-      tried += (tried.empty() ? "" : "; ") + s.message();
+      tried += tried.empty() ? "" : "; ";
+      tried += s.message();
     }
     return Status::connection("no etcd endpoint answered " + std::string(path) + " (" + tried +
                               "); check --rdzv_endpoint");

@@ -256,6 +256,11 @@ std::string unreadable(const std::string& path) {
   return {};
 }
 
+Status cannotRead(const char* what, const std::string& path, const std::string& why) {
+  return Status::invalidArgument("etcd: cannot read the " + std::string(what) + " '" + path +
+                                 "': " + why);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<EtcdHttp>> EtcdHttp::create(const EtcdTls& tls) {
@@ -263,8 +268,7 @@ Result<std::unique_ptr<EtcdHttp>> EtcdHttp::create(const EtcdTls& tls) {
                                    std::pair{tls.certFile, "client certificate (--rdzv_conf cert)"},
                                    std::pair{tls.keyFile, "client key (--rdzv_conf key)"}}) {
     if (const auto why = path.empty() ? std::string() : unreadable(path); !why.empty()) {
-      return Status::invalidArgument("etcd: cannot read the " + std::string(what) + " '" + path +
-                                     "': " + why);
+      return cannotRead(what, path, why);
     }
   }
   auto impl = std::make_unique<Impl>();
