@@ -2,6 +2,7 @@
 // own store, plus what only etcd can show (other jobs' prefixes untouched, consumers racing).
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "dtrun/etcd.h"
+#include "dtrun/round.h"
 
 #include "support/etcd_server.h"
 #include "support/process.h"
@@ -338,4 +340,138 @@ TEST_CASE("etcd store: multiSet and multiGet past one transaction (128 ops, 1.5 
   CHECK(store->multiGet(keys).value() == values);
   CHECK(store->check(keys).value());
   CHECK(store->numKeys().value() == 300);
+}
+
+namespace dtrun::rdzv {
+namespace {
+
+RoundSettings etcdRoundSettings() {
+  RoundSettings s;
+  s.minNodes = 2;
+  s.maxNodes = 3;
+  s.maxRestarts = 1;
+  s.lastCallTimeout = 200ms;
+  s.joinTimeout = 20s;
+  s.closeTimeout = 2s;
+  s.keepAliveInterval = 10s;  // heartbeats are not what this test is about
+  return s;
+}
+
+// A keeper over the etcd store on its own thread, stopped (its agent "died") by stop().
+class EtcdKeeper {
+ public:
+  explicit EtcdKeeper(const std::shared_ptr<EtcdClient>& client,
+                      const KeeperOptions& options = {}) {
+    thread_ = std::thread([this, client, options] {
+      auto store = makeEtcdStore(client, "/dtrun/round/");
+      result_ = store.isOk() ? runKeeper(std::move(store).value(), "job", options, stopping_)
+                             : store.status();
+    });
+  }
+  EtcdKeeper(const EtcdKeeper&) = delete;
+  EtcdKeeper& operator=(const EtcdKeeper&) = delete;
+  EtcdKeeper(EtcdKeeper&&) = delete;
+  EtcdKeeper& operator=(EtcdKeeper&&) = delete;
+  ~EtcdKeeper() { static_cast<void>(stop()); }
+  Status stop() {
+    stopping_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+    return result_;
+  }
+
+ private:
+  std::atomic<bool> stopping_{false};
+  Status result_;
+  std::thread thread_;
+};
+
+std::unique_ptr<RoundMember> etcdMember(const std::shared_ptr<EtcdClient>& client,
+                                        const std::string& host) {
+  NodeRecord self;
+  self.agentId = host + ":1";
+  self.host = host;
+  const StoreFactory factory = [client]() { return makeEtcdStore(client, "/dtrun/round/"); };
+  auto m = RoundMember::connect(factory, "job", etcdRoundSettings(), self, false);
+  if (!m.isOk()) {
+    FAIL(m.status().toString());
+  }
+  return std::move(m).value();
+}
+
+std::vector<JoinOutcome> joinAll(const std::vector<RoundMember*>& members) {
+  std::vector<std::future<Result<JoinOutcome>>> joins;
+  joins.reserve(members.size());
+  for (auto* m : members) {
+    joins.push_back(std::async(std::launch::async, [m] {
+      const std::atomic<bool> cancel{false};
+      return m->join(cancel, nullptr);
+    }));
+  }
+  std::vector<JoinOutcome> out;
+  for (auto& j : joins) {
+    auto r = j.get();
+    if (!r.isOk()) {
+      FAIL(r.status().toString());
+    }
+    out.push_back(r.value());
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace dtrun::rdzv
+
+TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
+          "[integration][rdzv][etcd]") {
+  using namespace dtrun::rdzv;  // NOLINT(google-build-using-namespace): test body only
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd, 10s);
+  auto a = etcdMember(client, "a");
+  auto b = etcdMember(client, "b");
+  auto c = etcdMember(client, "c");
+  auto first = std::make_unique<EtcdKeeper>(client);
+  auto round0 = joinAll({a.get(), b.get(), c.get()});
+  std::set<int> ranks;
+  for (const auto& o : round0) {
+    REQUIRE_FALSE(o.closed);
+    CHECK(o.assignment.nodeCount == 3);
+    ranks.insert(o.assignment.nodeRank);
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2});
+
+  // A failure: charged (attempt 1), everyone joins round 1.
+  RoundEnd failure;
+  failure.kind = RoundEnd::Kind::kFailure;
+  failure.message = "rank 0 failed";
+  REQUIRE(a->endRound(failure).isOk());
+  const std::atomic<bool> cancel{false};
+  REQUIRE(b->waitEnd(cancel).isOk());
+  REQUIRE(c->waitEnd(cancel).isOk());
+  const auto round1 = joinAll({a.get(), b.get(), c.get()});
+  CHECK(round1[0].assignment.round == 1);
+  CHECK(round1[0].assignment.attempt == 1);
+
+  // The keeper dies with node c; its successor, from the state in etcd, ends round 1 (a
+  // membership change, not charged) and the two survivors form round 2.
+  REQUIRE(first->stop().isOk());
+  first.reset();
+  c.reset();
+  KeeperOptions alive;
+  alive.aliveAgents = []() -> dtrun::Result<std::vector<std::string>> {
+    return std::vector<std::string>{"a:1", "b:1"};
+  };
+  EtcdKeeper second(client, alive);
+  const auto end = a->waitEnd(cancel);
+  REQUIRE(end.isOk());
+  CHECK(end.value().kind == RoundEnd::Kind::kMembership);
+  REQUIRE(b->waitEnd(cancel).isOk());
+  const auto round2 = joinAll({a.get(), b.get()});
+  CHECK(round2[0].assignment.round == 2);
+  CHECK(round2[0].assignment.attempt == 1);
+  CHECK(round2[0].assignment.nodeCount == 2);
 }
