@@ -22,7 +22,9 @@ source "$HERE/lib/wait_agent.sh"
 # shellcheck source=lib/etcd_cluster.sh
 source "$HERE/lib/etcd_cluster.sh"
 WORKER=$HERE/workers/node_worker.sh
-FAST=keep_alive_interval=0.5,keep_alive_max_attempt=4,read_timeout=5,last_call_timeout=1
+# Heartbeats judged after 10 s: a killed etcd leader stalls writes for about 5.5 s (etcd answers
+# "request timed out" after 5 s + 2 election timeouts); leases, not heartbeats, find dead agents.
+FAST=keep_alive_interval=0.5,keep_alive_max_attempt=20,read_timeout=20,last_call_timeout=1
 FAST=$FAST,close_timeout=5,lease_ttl=2
 
 declare -A pid_of=() started_at=()
