@@ -14,6 +14,7 @@
 #include "dtrun/round.h"
 
 #include "support/etcd_server.h"
+#include "support/keeper_thread.h"
 #include "support/process.h"
 
 using namespace std::chrono_literals;
@@ -357,35 +358,12 @@ RoundSettings etcdRoundSettings() {
   return s;
 }
 
-// A keeper over the etcd store on its own thread, stopped (its agent "died") by stop().
-class EtcdKeeper {
- public:
-  explicit EtcdKeeper(const std::shared_ptr<EtcdClient>& client,
-                      const KeeperOptions& options = {}) {
-    thread_ = std::thread([this, client, options] {
-      auto store = makeEtcdStore(client, "/dtrun/round/");
-      result_ = store.isOk() ? runKeeper(std::move(store).value(), "job", options, stopping_)
-                             : store.status();
-    });
-  }
-  EtcdKeeper(const EtcdKeeper&) = delete;
-  EtcdKeeper& operator=(const EtcdKeeper&) = delete;
-  EtcdKeeper(EtcdKeeper&&) = delete;
-  EtcdKeeper& operator=(EtcdKeeper&&) = delete;
-  ~EtcdKeeper() { static_cast<void>(stop()); }
-  Status stop() {
-    stopping_ = true;
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-    return result_;
-  }
-
- private:
-  std::atomic<bool> stopping_{false};
-  Status result_;
-  std::thread thread_;
-};
+// A keeper over the etcd store, as the job's elected agent runs it.
+std::unique_ptr<testing::KeeperThread> etcdKeeper(const std::shared_ptr<EtcdClient>& client,
+                                                  const KeeperOptions& options = {}) {
+  return std::make_unique<testing::KeeperThread>(
+      [client] { return makeEtcdStore(client, "/dtrun/round/"); }, "job", options);
+}
 
 std::unique_ptr<RoundMember> etcdMember(const std::shared_ptr<EtcdClient>& client,
                                         const std::string& host) {
@@ -434,7 +412,7 @@ TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
   auto a = etcdMember(client, "a");
   auto b = etcdMember(client, "b");
   auto c = etcdMember(client, "c");
-  auto first = std::make_unique<EtcdKeeper>(client);
+  auto first = etcdKeeper(client);
   auto round0 = joinAll({a.get(), b.get(), c.get()});
   std::set<int> ranks;
   for (const auto& o : round0) {
@@ -465,7 +443,7 @@ TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
   alive.aliveAgents = []() -> dtrun::Result<std::vector<std::string>> {
     return std::vector<std::string>{"a:1", "b:1"};
   };
-  EtcdKeeper second(client, alive);
+  const auto second = etcdKeeper(client, alive);
   const auto end = a->waitEnd(cancel);
   REQUIRE(end.isOk());
   CHECK(end.value().kind == RoundEnd::Kind::kMembership);

@@ -10,6 +10,7 @@
 #include "dtrun/round.h"
 
 #include "round_codec.h"
+#include "support/keeper_thread.h"
 #include "support/test_support.h"
 
 namespace dtrun::rdzv {
@@ -29,32 +30,13 @@ RoundSettings settingsFor(int minNodes, int maxNodes, int maxRestarts = 0) {
   return s;
 }
 
-// One keeper on its own thread, stopped (as if its agent died) when destroyed or stop()ped.
-class KeeperThread {
- public:
-  KeeperThread(std::uint16_t port, const std::string& job, KeeperOptions options = {}) {
-    thread_ = std::thread([this, port, job, options] {
-      result_ = runKeeper(testing::connect(port), job, options, stopping_);
-    });
-  }
-  KeeperThread(const KeeperThread&) = delete;
-  KeeperThread& operator=(const KeeperThread&) = delete;
-  KeeperThread(KeeperThread&&) = delete;
-  KeeperThread& operator=(KeeperThread&&) = delete;
-  ~KeeperThread() { static_cast<void>(stop()); }
-  Status stop() {
-    stopping_ = true;
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-    return result_;
-  }
-
- private:
-  std::atomic<bool> stopping_{false};
-  Status result_;
-  std::thread thread_;
-};
+// A keeper over the dtrun store at `port`, as an elected agent runs it.
+std::unique_ptr<testing::KeeperThread> keeperOn(std::uint16_t port, KeeperOptions options = {}) {
+  ClientOptions client;
+  client.port = port;
+  client.timeout = std::chrono::seconds(10);
+  return std::make_unique<testing::KeeperThread>(storeFactory(client), "job", std::move(options));
+}
 
 std::unique_ptr<RoundMember> memberOf(std::uint16_t port, const std::string& job,
                                       const RoundSettings& settings, const std::string& host,
@@ -101,7 +83,7 @@ TEST_CASE("a new keeper ends the round its lost node was in and carries the rest
   auto a = memberOf(server->port(), "job", s, "a");
   auto b = memberOf(server->port(), "job", s, "b");
   auto c = memberOf(server->port(), "job", s, "c");
-  auto first = std::make_unique<KeeperThread>(server->port(), "job");
+  auto first = keeperOn(server->port());
   {
     auto fa = joinLater(*a);
     auto fb = joinLater(*b);
@@ -132,7 +114,7 @@ TEST_CASE("a new keeper ends the round its lost node was in and carries the rest
   REQUIRE(first->stop().isOk());
   first.reset();
   c.reset();
-  KeeperThread second(server->port(), "job", aliveOnly({"a:1", "b:1"}));
+  const auto second = keeperOn(server->port(), aliveOnly({"a:1", "b:1"}));
   auto end = a->waitEnd(cancel);
   REQUIRE(end.isOk());
   CHECK(end.value().kind == RoundEnd::Kind::kMembership);
@@ -155,7 +137,7 @@ TEST_CASE("a keeper lost while its round gathered: the nodes that joined join th
   const auto s = settingsFor(3, 3);
   auto a = memberOf(server->port(), "job", s, "a");
   auto b = memberOf(server->port(), "job", s, "b");
-  auto first = std::make_unique<KeeperThread>(server->port(), "job");
+  auto first = keeperOn(server->port());
   auto fa = joinLater(*a);
   auto fb = joinLater(*b);
   // Both joins reach the first keeper's memory (the round's status line says so), then it dies.
@@ -170,7 +152,7 @@ TEST_CASE("a keeper lost while its round gathered: the nodes that joined join th
   std::this_thread::sleep_for(milliseconds(300));
   REQUIRE(first->stop().isOk());
   first.reset();
-  KeeperThread second(server->port(), "job", aliveOnly({"a:1", "b:1", "c:1"}));
+  const auto second = keeperOn(server->port(), aliveOnly({"a:1", "b:1", "c:1"}));
   auto c = memberOf(server->port(), "job", s, "c");
   auto fc = joinLater(*c);
   const auto oa = joined(fa);
@@ -189,7 +171,7 @@ TEST_CASE("a lost agent ends its round at once; the workers' store is node 0's",
   const auto s = settingsFor(2, 2);
   auto a = memberOf(server->port(), "job", s, "a", 4100);
   auto b = memberOf(server->port(), "job", s, "b", 4200);
-  KeeperThread keeper(server->port(), "job");
+  const auto keeper = keeperOn(server->port());
   auto fa = joinLater(*a);
   auto fb = joinLater(*b);
   const auto oa = joined(fa);
