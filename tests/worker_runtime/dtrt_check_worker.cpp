@@ -232,10 +232,15 @@ int runAttempt(Reporter& report, const std::string& backendName) {
     const std::int64_t want = n * (n + 1) / 2 * (attempt + 1);
     report.expect(v[0] == want && v[2] == want, label + " all_reduce",
                   "got " + std::to_string(v[0]) + " expected " + std::to_string(want));
-    pg->barrier();  // everyone checked before rank 0 leaves
+    pg->barrier();
   });
   if (attempt == 0) {
+    // Rank 0 leaves the barrier before the others may have (their last message can still be on
+    // the way): a rank 0 that left at once would be what they report, not the restart.
+    const Markers markers;
+    markers.set(ctx.rank, "checked");
     if (ctx.rank == 0) {
+      markers.waitAll(ctx.worldSize, "checked", 20);
       std::printf("INFO rank 0 exits 1 to make dtrun restart the job\n");
       (void)std::fflush(stdout);
       std::_Exit(1);

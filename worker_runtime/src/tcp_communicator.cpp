@@ -112,6 +112,17 @@ std::string rankList(const std::set<int>& ranks) {
   return detail::rankList(std::vector<int>(ranks.begin(), ranks.end()));
 }
 
+// A failure names every peer that died, not only the one behind `message`: where a survivor's
+// reset arrives before the dead rank's end of file, the rank that really died is still named.
+std::string withEveryCrash(std::string message, const std::vector<std::string>& crashes) {
+  for (const std::string& crash : crashes) {
+    if (message.find(crash) == std::string::npos) {
+      message += "; also " + crash;
+    }
+  }
+  return message;
+}
+
 void copyBytes(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) {
     std::memmove(dst, src, bytes);
@@ -408,13 +419,14 @@ void Call::wait(Op& op) {
     if (op.state == OpState::kDone) {
       return;
     }
-    failWith(op.error, false);
+    failWith(withEveryCrash(op.error, comm_.transport_->crashReasons()), false);
   }
   const std::set<int> waitingFor = pendingRanks();
   if (result == WaitResult::kPeerCrashed) {
     // The peer's reason may blame a rank that was itself only waiting (a timeout travels along
     // a ring): what this rank still waited for helps find the one that never came.
-    failWith(std::string(name_) + ": " + comm_.transport_->crashReason() +
+    const std::vector<std::string> crashes = comm_.transport_->crashReasons();
+    failWith(withEveryCrash(std::string(name_) + ": " + crashes.front(), crashes) +
                  (waitingFor.empty() ? "" : "; this rank was waiting for " + rankList(waitingFor)),
              false);
   }

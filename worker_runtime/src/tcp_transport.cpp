@@ -299,12 +299,12 @@ bool Transport::matchUnexpected(Peer& p, Op& op) {
 WaitResult Transport::wait(Op& op, Clock::time_point deadline, bool abortOnCrash) {
   std::unique_lock<std::mutex> lock(mutex_);
   driveUntil(
-      lock, [&] { return op.finished() || (abortOnCrash && !crashReason_.empty()); }, deadline,
+      lock, [&] { return op.finished() || (abortOnCrash && !crashReasons_.empty()); }, deadline,
       false);
   if (op.finished()) {
     return WaitResult::kFinished;
   }
-  return abortOnCrash && !crashReason_.empty() ? WaitResult::kPeerCrashed : WaitResult::kTimedOut;
+  return abortOnCrash && !crashReasons_.empty() ? WaitResult::kPeerCrashed : WaitResult::kTimedOut;
 }
 
 bool Transport::isFinished(const Op& op) {
@@ -312,9 +312,25 @@ bool Transport::isFinished(const Op& op) {
   return op.finished();
 }
 
-std::string Transport::crashReason() {
+std::vector<std::string> Transport::crashReasons() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return crashReason_;
+  std::vector<pollfd> fds;
+  std::vector<std::size_t> owners;
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r].fd.valid() && !peers_[r].dead) {
+      fds.push_back(pollfd{peers_[r].fd.get(), POLLIN, 0});
+      owners.push_back(r);
+    }
+  }
+  // Under the lock, like every read: a driver in poll() on the same sockets finds them drained.
+  if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0) {
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents != 0 && !peers_[owners[k]].dead) {
+        pumpRead(peers_[owners[k]]);
+      }
+    }
+  }
+  return crashReasons_;
 }
 
 template <typename Pred>
@@ -981,8 +997,8 @@ void Transport::peerFailed(Peer& p, const std::string& reason, bool crashed) {
   // shutdown, not close: a driver may be in poll() on this descriptor right now, and a closed
   // number could be reused by another socket. The destructor closes it.
   ::shutdown(p.fd.get(), SHUT_RDWR);
-  if (crashed && crashReason_.empty()) {
-    crashReason_ = reason;
+  if (crashed) {
+    crashReasons_.push_back(reason);
   }
   for (Op* op : p.sendQueue) {
     fail(*op, std::string(op->opName) + ": " + reason);

@@ -126,7 +126,7 @@ class Transport {
 
   // Drives progress until `op` finished or `deadline`. With `abortOnCrash`, also returns
   // kPeerCrashed as soon as any peer died without saying goodbye (a collective cannot finish
-  // then); see crashReason().
+  // then); see crashReasons().
   WaitResult wait(Op& op, Clock::time_point deadline, bool abortOnCrash);
   [[nodiscard]] bool isFinished(const Op& op);
 
@@ -138,7 +138,11 @@ class Transport {
   // instead of timing out) and closes every connection.
   void abort(const std::string& reason);
 
-  [[nodiscard]] std::string crashReason();
+  // Every peer that died without a goodbye, first noticed first, after a look (without waiting)
+  // at every live connection. Peers that die together are all named, not only the one noticed
+  // first: a survivor that closes its connections after its own failure resets ours, and which
+  // of the two this rank sees first is chance.
+  [[nodiscard]] std::vector<std::string> crashReasons();
   // "rank 3" in messages: the job rank of group rank r.
   [[nodiscard]] int globalRank(int r) const { return globalRanks_[static_cast<std::size_t>(r)]; }
 
@@ -220,8 +224,8 @@ class Transport {
   int waiters_ = 0;
   bool asyncFinished_ = false;
   std::uint64_t completions_ = 0;
-  std::string crashReason_;  // the first peer that died without a goodbye
-  std::string abortReason_;  // set by abort(): later posts fail with it
+  std::vector<std::string> crashReasons_;  // peers that died without a goodbye, in order
+  std::string abortReason_;                // set by abort(): later posts fail with it
   std::vector<std::shared_ptr<Op>> async_;
   std::vector<Chunk> chunkPool_;
   std::vector<pollfd> pollFds_;  // the driver's scratch
