@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 16's checks on a GPU machine (PyTorch 2.x, CUDA, NCCL), in one call; prints one table.
 # Prepare here (Debian, no GPU):  bash scripts/gpu/pack.sh    (dtrun, dtrt_check_worker, libs -> .gpu/)
-# Run there, from the repository root, with .gpu carried:  bash scripts/gpu-check.sh
+# Run there, from the repository root, with .gpu carried:  bash scripts/gpu-check.sh [check...]
+# (no check named: all of them; env always runs).
 # Nothing here runs in CI or in the README's test command: it needs a GPU.
 #   env          the device, driver, torch, CUDA and NCCL versions
 #   nproc        --nproc_per_node=gpu and auto count the GPU; CUDA_VISIBLE_DEVICES="" is respected
@@ -16,6 +17,10 @@
 #   accelerate   an accelerate loop on the GPU and on 2 CPU ranks
 #   resnet       ResNet-18 with torch DDP over NCCL under dtrun vs the same without DDP, bf16:
 #                loss falls, checkpoint and resume, images/s, GPU utilisation
+#   resnet-cpp   demos/resnet_ddp built here against this torch (scripts/gpu/build_resnet_ddp.sh):
+#                dtrun::ddp over libdtrt's NCCL on the GPU: loss falls, checkpoint and resume;
+#                images/s and GPU utilisation against torch's DDP, fp32, same model and batch.
+#                GPU_CHECK_DEVICE=cpu rehearses it at a toy size where there is no GPU.
 set -uo pipefail
 repo=${DTRUN_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 cd "$repo"
@@ -39,6 +44,8 @@ dtrun=$gpu/bin/dtrun
 checks=${GPU_CHECKS:-$repo/scripts/gpu/torch_checks.py}
 export DTRUN_REPO=$repo
 rows=()
+only=("$@")
+want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
 row() {  # <check> <PASS|FAIL|INFO> <figures>
   rows+=("| $1 | $2 | $3 |")
   echo "== $1: $2: $3"
@@ -58,6 +65,7 @@ versions=$("$py" -c 'import torch; print("torch", torch.__version__, "cuda", tor
 row env INFO "$device; $versions; dtrun $("$dtrun" --version 2>&1 | head -n1)"
 
 # --- nproc --------------------------------------------------------------------------------------
+if want nproc; then
 run nproc-gpu 30 "$dtrun" --nproc_per_node=gpu --dry-run "$checks" nccl
 run nproc-auto 30 "$dtrun" --nproc_per_node=auto --dry-run "$checks" nccl
 gpu_n=$(grep -m1 -E '^ *nproc_per_node' "$out/nproc-gpu.log" | awk '{print $NF}')
@@ -66,8 +74,10 @@ run nproc-hidden 30 env CUDA_VISIBLE_DEVICES= "$dtrun" --nproc_per_node=gpu --dr
 hidden=$(grep -m1 'dtrun' "$out/nproc-hidden.log" | cut -c1-120)
 [[ $gpu_n == 1 && $auto_n == 1 && $rc -ne 0 ]] && s=PASS || s=FAIL
 row nproc "$s" "gpu -> $gpu_n, auto -> $auto_n; CUDA_VISIBLE_DEVICES='' -> exit $rc: $hidden"
+fi
 
 # --- libdtrt NCCL, world size 1 ---------------------------------------------------------------
+if want dtrt-nccl; then
 run dtrt-nccl 240 "$dtrun" --nproc_per_node=1 --no_python "$gpu/bin/dtrt_check_worker" ops nccl
 pass=$(grep -c '^PASS' "$out/dtrt-nccl.log")
 failn=$(grep -c '^FAIL' "$out/dtrt-nccl.log")
@@ -79,8 +89,10 @@ pass=$(grep -c '^PASS' "$out/dtrt-nccl-errors.log")
 failn=$(grep -c '^FAIL' "$out/dtrt-nccl-errors.log")
 [[ $rc -eq 0 && $failn -eq 0 ]] && s=PASS || s=FAIL
 row dtrt-nccl-errors "$s" "errors nccl: $pass passed, $failn failed (exit $rc)"
+fi
 
 # --- torch: gloo 2/4/8, NCCL 1 -----------------------------------------------------------------
+if want torch; then
 for n in 2 4 8; do
   SECONDS=0
   run "gloo$n" 120 "$dtrun" --nproc_per_node="$n" tests/integration/torch_gloo_rank.py
@@ -91,8 +103,10 @@ done
 run torch-nccl 120 "$dtrun" --nproc_per_node=1 "$checks" nccl
 [[ $rc -eq 0 ]] && s=PASS || s=FAIL
 row torch-nccl "$s" "$(results nccl torch-nccl) (exit $rc)"
+fi
 
 # --- store, elastic, CUDA error ----------------------------------------------------------------
+if want store; then
 run store 120 "$dtrun" --nproc_per_node=1 "$checks" store
 [[ $rc -eq 0 ]] && s=PASS || s=FAIL
 row store "$s" "$(results store store) (exit $rc)$(grep -m1 FAIL "$out/store.log" | cut -c1-160 | sed 's/^/; /')"
@@ -105,8 +119,10 @@ run cuda-error 120 "$dtrun" --nproc_per_node=1 "$checks" cuda_error
 named=$(grep -m1 -o 'CUDA error[^"]*' "$out/cuda-error.log" | cut -c1-100)
 [[ $rc -ne 0 && -n $named ]] && s=PASS || s=FAIL
 row cuda-error "$s" "exit $rc; report: ${named:-no CUDA error named}"
+fi
 
 # --- Lightning, accelerate ---------------------------------------------------------------------
+if want lightning; then
 run lightning-gpu 240 "$dtrun" --nproc_per_node=1 "$checks" lightning gpu
 [[ $rc -eq 0 ]] && s=PASS || s=FAIL
 row "lightning gpu" "$s" "$(results lightning lightning-gpu) (exit $rc)"
@@ -119,21 +135,80 @@ row "accelerate gpu" "$s" "$(results accelerate accelerate-gpu) (exit $rc)"
 run accelerate-cpu 180 "$dtrun" --nproc_per_node=2 "$checks" accelerate cpu
 [[ $rc -eq 0 ]] && s=PASS || s=FAIL
 row "accelerate cpu x2" "$s" "$(results accelerate accelerate-cpu 2) (exit $rc)"
+fi
 
 # --- ResNet-18 ------------------------------------------------------------------------------------
-ckpt=$(mktemp -d)  # checkpoints stay out of the logs
-for kind in plain ddp; do
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$out/util-$kind.txt" 2>/dev/null &
+# GPU utilisation, sampled every 200 ms while a run lasts: util_start <name>, util_stop -> $util (p90)
+util_start() {
+  util_file=$out/util-$1.txt
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$util_file" 2>/dev/null &
   smi=$!
-  run "resnet-$kind" 300 "$dtrun" --nproc_per_node=1 "$checks" resnet "$kind" 200 "$ckpt"
+}
+util_stop() {
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null
-  util=$(sort -n "$out/util-$kind.txt" | awk '{v[NR] = $1} END {if (NR) print v[int(NR * 0.9)]; else print "?"}')
+  util=$(sort -n "$util_file" | awk '{v[NR] = $1} END {if (NR) print v[int(NR * 0.9)]; else print "?"}')
+}
+ckpt=$(mktemp -d)  # checkpoints stay out of the logs
+if want resnet; then
+for kind in plain ddp; do
+  util_start "$kind"
+  run "resnet-$kind" 300 "$dtrun" --nproc_per_node=1 "$checks" resnet "$kind" 200 "$ckpt"
+  util_stop
   r=$(results resnet "resnet-$kind")
   [[ $rc -eq 0 && $r == *falls=1* ]] && s=PASS || s=FAIL
   row "resnet-18 $kind" "$s" "$r; GPU utilisation p90 ${util}% (exit $rc)"
 done
+fi
 
+# --- ResNet-18 in C++: dtrun::ddp over libdtrt's NCCL, against torch's DDP -----------------------
+if want resnet-cpp; then
+dev=${GPU_CHECK_DEVICE:-cuda}
+size=(--batch_size 256)
+sample=(--train 4096 --test 512)
+if [[ $dev != cuda ]]; then
+  size=(--batch_size 32 --width 8)
+  sample=(--train 512 --test 128)
+fi
+cifar=$(mktemp -d)
+"$py" scripts/make-cifar10-sample "$cifar" "${sample[@]}" >"$out/cifar.log" 2>&1
+run resnet-cpp-build 300 bash scripts/gpu/build_resnet_ddp.sh "$gpu" "$ckpt/resnet_ddp"
+if [[ $rc -ne 0 ]]; then
+  row "resnet-18 c++ build" FAIL "exit $rc: $(grep -m2 -E 'error|build_resnet_ddp' "$out/resnet-cpp-build.log" | cut -c1-200 | paste -sd' ')"
+else
+  # One progress line per epoch (--log-every beyond an epoch's steps).
+  common=(--nproc_per_node=1 --no_python "$ckpt/resnet_ddp" --device "$dev" --data-dir "$cifar"
+    --model-dir "$ckpt" --log-every 100000 "${size[@]}")
+  losses() { grep -oE '^epoch [0-9]+/[0-9]+ step [0-9]+/[0-9]+ loss [0-9.]+' "$out/$1.log" | awk '{print $NF}' | paste -sd,; }
+  run resnet-cpp-train 300 "$dtrun" "${common[@]}" --num_epochs 3
+  train_rc=$rc
+  trained=$(losses resnet-cpp-train)
+  run resnet-cpp-resume 300 "$dtrun" "${common[@]}" --num_epochs 4 --resume
+  resume_rc=$rc
+  resumed=$(losses resnet-cpp-resume)
+  falls=$(awk -v t="$trained" -v r="$resumed" 'BEGIN {n = split(t, a, ","); print (n == 3 && a[3] < a[1] && r != "" && r + 0 <= a[1]) ? 1 : 0}')
+  at4=$(grep -c 'continuing at epoch 4' "$out/resnet-cpp-resume.log")
+  [[ $train_rc -eq 0 && $resume_rc -eq 0 && $falls == 1 && $at4 == 1 ]] && s=PASS || s=FAIL
+  row "resnet-18 c++ train" "$s" "dtrun::ddp on $dev: epoch losses $trained; resumed at epoch 4: $resumed (exits $train_rc, $resume_rc)"
+  # Throughput: 8 epochs of the sample, augmentation off (the data set is on the GPU, as torch's).
+  util_start cpp
+  run resnet-cpp-speed 300 "$dtrun" "${common[@]}" --num_epochs 8 --no-eval --no-save --no-augment --warmup-steps 10
+  util_stop
+  cpp_speed=$(grep -m1 -oE '^throughput: [0-9.]+' "$out/resnet-cpp-speed.log" | awk '{print $2}')
+  cpp_util=$util
+  if [[ $dev == cuda ]]; then
+    util_start torch-fp32
+    run resnet-torch-fp32 300 "$dtrun" --nproc_per_node=1 "$checks" resnet ddp 200 "$ckpt" fp32
+    util_stop
+    torch_speed=$(results resnet resnet-torch-fp32 | grep -oE 'images_per_s=[0-9]+' | cut -d= -f2)
+  else
+    torch_speed=
+  fi
+  ratio=$(awk -v a="${cpp_speed:-0}" -v b="${torch_speed:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')
+  [[ $rc -eq 0 && -n $cpp_speed ]] && s=PASS || s=FAIL
+  row "resnet-18 c++ vs torch ddp" "$s" "fp32, batch ${size[1]}, 1 rank: dtrun::ddp ${cpp_speed:-?} images/s (GPU p90 ${cpp_util}%), torch DDP ${torch_speed:-not run} images/s (GPU p90 ${util}%): ${ratio}x"
+fi
+fi
 echo
 echo "| check | result | figures |"
 echo "| --- | --- | --- |"

@@ -4,7 +4,8 @@
 // bytes, R, G, B planes of 32x32); augments with a random 32x32 crop of the zero-padded 40x40
 // image and a random horizontal flip; normalises like the seed. Rank 0 evaluates on
 // test_batch.bin and saves a checkpoint (model, optimizer, next epoch) after every epoch;
-// --resume loads it on every rank and continues with the next epoch.
+// --resume loads it on every rank and continues with the next epoch. --device cuda trains on the
+// rank's GPU (cuda:LOCAL_RANK) with a kNccl group, the data set held on the GPU.
 //
 // Usage:
 //   scripts/make-cifar10-sample /tmp/cifar --train 2000 --test 500     # or the real data set
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -173,7 +175,8 @@ Dataset loadCifar(const fs::path& dir, bool train) {
 torch::Tensor normalise(const torch::Tensor& images) {
   static const auto kMean = torch::tensor({0.4914F, 0.4822F, 0.4465F}).view({1, 3, 1, 1});
   static const auto kStd = torch::tensor({0.2023F, 0.1994F, 0.2010F}).view({1, 3, 1, 1});
-  return (images.to(torch::kFloat).div(255.0F) - kMean) / kStd;
+  return (images.to(torch::kFloat).div(255.0F) - kMean.to(images.device())) /
+         kStd.to(images.device());
 }
 
 // RandomCrop(32, padding=4) + RandomHorizontalFlip on a uint8 batch.
@@ -219,9 +222,10 @@ void saveCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, std::int64_t 
   fs::rename(tmp, path);  // readers never see a half-written file
 }
 
-std::int64_t loadCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, const fs::path& path) {
+std::int64_t loadCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, const fs::path& path,
+                            const torch::Device& device) {
   torch::serialize::InputArchive root;
-  root.load_from(path.string());
+  root.load_from(path.string(), device);
   torch::serialize::InputArchive modelArchive;
   root.read("model", modelArchive);
   model->load(modelArchive);
@@ -255,6 +259,7 @@ struct Args {
   bool noOverlap = false;
   std::size_t bucketKb = 25600;
   std::string backend = "tcp";
+  std::string device = "cpu";
 };
 
 std::string hms(double seconds) {
@@ -273,17 +278,38 @@ int run(const Args& args) {
   }
   // Same seed everywhere, as in the seed script; DDP's broadcast would fix a difference anyway.
   torch::manual_seed(args.randomSeed);
-  const auto train = loadCifar(args.dataDir, true);
-  const auto test = args.noEval || !lead ? Dataset{} : loadCifar(args.dataDir, false);
+  const bool cuda = args.device == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    throw std::runtime_error(
+        "--device cuda: libtorch sees no CUDA device (or was built without "
+        "CUDA); use --device cpu");
+  }
+  const torch::Device device =
+      cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(ctx.localRank))
+           : torch::Device(torch::kCPU);
+  // On a GPU the whole (CIFAR-sized) data set lives there: no host copy per step.
+  auto onDevice = [&](Dataset d) {
+    if (d.size() > 0) {
+      d.images = d.images.to(device);
+      d.labels = d.labels.to(device);
+    }
+    return d;
+  };
+  const auto train = onDevice(loadCifar(args.dataDir, true));
+  const auto test = onDevice(args.noEval || !lead ? Dataset{} : loadCifar(args.dataDir, false));
+  if (cuda) {
+    at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: let cuDNN pick its fastest
+  }
 
   auto model = ResNet18(args.width);
+  model->to(device);
   torch::optim::SGD optimizer(
       model->parameters(),
       torch::optim::SGDOptions(args.learningRate).momentum(0.9).weight_decay(1e-5));
   const fs::path checkpoint = fs::path(args.modelDir) / args.modelFilename;
   std::int64_t startEpoch = 0;
   if (args.resume) {
-    startEpoch = loadCheckpoint(model, optimizer, checkpoint);
+    startEpoch = loadCheckpoint(model, optimizer, checkpoint, device);
     if (lead) {
       std::cout << "resumed from " << checkpoint.string() << ": continuing at epoch "
                 << startEpoch + 1 << std::endl;
@@ -296,7 +322,8 @@ int run(const Args& args) {
   // One group: DDP broadcasts on it (and derives its communication thread's group from it); the
   // demo averages the progress lines' losses and waits for rank 0's evaluation on it.
   const auto group = rt::ProcessGroup::create(
-      ctx, args.backend == "gloo" ? rt::Backend::kGloo : rt::Backend::kTcp);
+      ctx, cuda ? rt::Backend::kNccl
+                : (args.backend == "gloo" ? rt::Backend::kGloo : rt::Backend::kTcp));
   dtrun::ddp::DistributedDataParallel ddp(*group, model.ptr(), options);
 
   dtrun::ddp::DistributedSampler sampler(static_cast<std::size_t>(train.size()), ctx.rank,
@@ -334,7 +361,8 @@ int run(const Args& args) {
     const auto indices = sampler.indices();
     const auto indexTensor =
         torch::from_blob(const_cast<std::int64_t*>(indices.data()),  // NOLINT: read only
-                         {static_cast<std::int64_t>(indices.size())}, torch::kLong);
+                         {static_cast<std::int64_t>(indices.size())}, torch::kLong)
+            .to(device);
     std::mt19937_64 rng(args.randomSeed * 7919ULL + static_cast<std::uint64_t>(epoch) * 104729ULL +
                         static_cast<std::uint64_t>(ctx.rank));
     model->train();
@@ -372,9 +400,18 @@ int run(const Args& args) {
       }
       if ((step + 1) % args.logEvery == 0 || step + 1 == stepsPerEpoch) {
         // Every rank reaches this line at the same step: average the losses and image counts.
-        std::vector<double> stats = {windowLoss / static_cast<double>(windowSteps),
-                                     static_cast<double>(windowImages)};
-        group->allReduce(rt::view(std::span<double>(stats)), rt::ReduceOp::kSum);
+        // On the group's device: a kNccl group reduces GPU memory only.
+        auto statsTensor = torch::tensor({windowLoss / static_cast<double>(windowSteps),
+                                          static_cast<double>(windowImages)},
+                                         torch::kDouble)
+                               .to(device);
+        if (cuda) {
+          torch::cuda::synchronize(device.index());  // the copy is done before NCCL reads it
+        }
+        group->allReduce(dtrun::ddp::bufferOf(statsTensor), rt::ReduceOp::kSum);
+        statsTensor = statsTensor.cpu();
+        const std::vector<double> stats = {statsTensor[0].item<double>(),
+                                           statsTensor[1].item<double>()};
         if (lead) {
           const double eta = trainSeconds / static_cast<double>(stepsDone) *
                              static_cast<double>(totalSteps - stepsDone);
@@ -460,6 +497,9 @@ int main(int argc, char** argv) {
     app.add_option("--bucket-kb", a.bucketKb, "DDP bucket size in KiB")->capture_default_str();
     app.add_option("--backend", a.backend, "CPU backend")
         ->check(CLI::IsMember({"tcp", "gloo"}))
+        ->capture_default_str();
+    app.add_option("--device", a.device, "cpu, or cuda: this rank's GPU with the NCCL backend")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     return run(a);

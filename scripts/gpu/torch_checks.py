@@ -8,9 +8,9 @@ Usage (one process per rank, under dtrun): python3 torch_checks.py MODE [args]
   cuda_error    @record and a CUDA device-side assert (the failure report must name it)
   lightning     a Lightning Trainer, strategy="ddp", on the GPU (1 rank) or CPU (argv: cpu)
   accelerate    an accelerate Accelerator training loop, GPU or CPU (argv: cpu)
-  resnet        ResNet-18 (CIFAR variant) on a synthetic CIFAR-sized sample on the GPU, bf16
-                autocast: loss per epoch, a checkpoint, a resume, images/s; argv: ddp|plain
-                STEPS CKPT_DIR
+  resnet        ResNet-18 (CIFAR variant) on a synthetic CIFAR-sized sample on the GPU: loss per
+                epoch, a checkpoint, a resume, images/s; argv: ddp|plain STEPS CKPT_DIR [bf16|fp32]
+                (bf16: autocast and channels-last, the default; fp32: neither)
 Each mode prints "RESULT <mode> key=value ..." lines that gpu-check.sh reads; exits non-zero on a
 mismatch.
 """
@@ -187,7 +187,7 @@ def mode_accelerate(device):
            version=accelerate.__version__)
 
 
-def mode_resnet(kind, steps, ckpt_dir):
+def mode_resnet(kind, steps, ckpt_dir, precision="bf16"):
     repo = os.environ.get("DTRUN_REPO",
                           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     sys.path.insert(0, os.path.join(repo, "bench", "ddp"))
@@ -201,7 +201,10 @@ def mode_resnet(kind, steps, ckpt_dir):
     if ddp:
         dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=120))
     torch.manual_seed(0)
-    model = ResNet18().cuda().to(memory_format=torch.channels_last)
+    # bf16: autocast and channels-last, the fast way; fp32: neither, as demos/resnet_ddp trains.
+    bf16 = precision == "bf16"
+    layout = torch.channels_last if bf16 else torch.contiguous_format
+    model = ResNet18().cuda().to(memory_format=layout)
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -210,12 +213,15 @@ def mode_resnet(kind, steps, ckpt_dir):
     gen = torch.Generator(device="cuda").manual_seed(1)
     images = torch.randn(4096, 3, 32, 32, device="cuda", generator=gen)
     labels = (images[:, 0, :8, :8].mean(dim=(1, 2)) * 40).long().clamp(-5, 4) + 5
-    images = images.contiguous(memory_format=torch.channels_last)
+    images = images.contiguous(memory_format=layout)
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
 
     def run_epoch():
         total, count = 0.0, 0
         for i in range(0, images.size(0), batch):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with autocast():
                 loss = torch.nn.functional.cross_entropy(model(images[i:i + batch]), labels[i:i + batch])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -238,7 +244,7 @@ def mode_resnet(kind, steps, ckpt_dir):
         if i == 10:
             torch.cuda.synchronize()
             start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with autocast():
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -247,7 +253,7 @@ def mode_resnet(kind, steps, ckpt_dir):
     seconds = time.perf_counter() - start
     result("resnet", kind=kind, loss=",".join(f"{v:.3f}" for v in losses), resumed=f"{resumed:.3f}",
            falls=int(losses[-1] < losses[0] and resumed <= losses[0]), epoch_after_resume=ckpt["epoch"] + 1,
-           images_per_s=f"{steps * batch / seconds:.0f}", batch=batch, precision="bf16-autocast")
+           images_per_s=f"{steps * batch / seconds:.0f}", batch=batch, precision="bf16-autocast" if bf16 else "fp32")
     if ddp:
         dist.destroy_process_group()
 
