@@ -386,10 +386,12 @@ int run(const Args& args) {
       loss.backward();
       ddp.synchronizeGradients();
       optimizer.step();
+      // item() waits for the step's kernels: on a GPU the time is then the step's, not only that
+      // of queueing it.
+      windowLoss += loss.item<double>();
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       ++stepsDone;
       trainSeconds += seconds;
-      windowLoss += loss.item<double>();
       windowSeconds += seconds;
       ++windowSteps;
       windowImages += n;
