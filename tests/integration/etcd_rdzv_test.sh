@@ -27,25 +27,6 @@ WORKER=$HERE/workers/node_worker.sh
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=20,read_timeout=20,last_call_timeout=1
 FAST=$FAST,close_timeout=5,lease_ttl=2
 
-declare -A pid_of=() started_at=()
-start() {  # <name> <dtrun args...>
-  local name=$1
-  shift
-  "$DTRUN" --log_dir="$work/logs/$name" "$@" >"$work/$name.out" 2>&1 &
-  pid_of[$name]=$!
-  started_at[$name]=$SECONDS
-  pids+=("$!")
-}
-rc=0
-finish() { wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT)); }
-expect_rc() {  # <name> <code>
-  finish "$1"
-  if [[ $rc -ne $2 ]]; then
-    note_fail "$1: exit code $rc, expected $2"
-    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
-    return 1
-  fi
-}
 logs_of() { find "$work/logs/$1" -path "*/$2/*/stdout.log" 2>/dev/null | sort; }
 env_lines() { cat "$@" 2>/dev/null | grep -h '^ENV ' || true; }
 field() { sed -E "s/.* $1=([^ ]*).*/\1/"; }

@@ -18,29 +18,6 @@ WORKER=$HERE/workers/node_worker.sh
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=3,last_call_timeout=0.5
 FAST=$FAST,close_timeout=5
 
-# start <name> <dtrun args...>: one agent in the background (its PID is dtrun's own, so that
-# kill -9 reaches the agent); output in $work/<name>.out.
-declare -A pid_of=()
-declare -A started_at=()
-start() {
-  local name=$1
-  shift
-  "$DTRUN" --log_dir="$work/logs/$name" "$@" >"$work/$name.out" 2>&1 &
-  pid_of[$name]=$!
-  started_at[$name]=$SECONDS
-  pids+=("$!")
-}
-# finish <name>: waits for the agent, at most $LIMIT s after its start (then kill -9, rc 124).
-rc=0
-finish() { wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT)); }
-expect_rc() {  # <name> <code>
-  finish "$1"
-  if [[ $rc -ne $2 ]]; then
-    note_fail "$1: exit code $rc, expected $2"
-    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
-    return 1
-  fi
-}
 # env_lines <pattern>: every ENV line of the named agents' workers.
 env_lines() { cat "$@" 2>/dev/null | grep -h '^ENV ' || true; }
 field() { sed -E "s/.* $1=([^ ]*).*/\1/"; }
