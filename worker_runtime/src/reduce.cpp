@@ -31,61 +31,68 @@ T apply(T a, T b, ReduceOp op) {
   return a;
 }
 
+// d[i] = f(d[i], s[i]) over `count` elements of T at any alignment: a ring delivers data at any
+// byte offset. memcpy of one element compiles to a plain (unaligned) load or store, and the loop
+// still vectorizes. __restrict: the two never overlap (reduceInto's contract), and GCC's -O2 cost
+// model does not version a loop for aliasing, so without it these loops stay scalar.
+template <typename T, typename F>
+void combine(void* dst, const void* src, std::size_t count, F f) {
+  auto* __restrict d = static_cast<std::byte*>(dst);
+  const auto* __restrict s = static_cast<const std::byte*>(src);
+  for (std::size_t i = 0; i < count; ++i) {
+    T a;
+    T b;
+    std::memcpy(&a, d + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, s + i * sizeof(T), sizeof(T));
+    const T r = f(a, b);
+    std::memcpy(d + i * sizeof(T), &r, sizeof(T));
+  }
+}
+
 template <typename T>
 void reduceTyped(void* dst, const void* src, std::size_t count, ReduceOp op) {
-  // __restrict: the two never overlap (reduceInto's contract), and GCC's -O2 cost model does not
-  // version a loop for aliasing, so without it these loops stay scalar.
-  T* __restrict d = static_cast<T*>(dst);
-  const T* __restrict s = static_cast<const T*>(src);
   // One switch per call, not per element: the loops vectorize.
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      for (std::size_t i = 0; i < count; ++i) {
-        d[i] = static_cast<T>(d[i] + s[i]);
-      }
-      break;
+      return combine<T>(dst, src, count, [](T a, T b) { return static_cast<T>(a + b); });
     case ReduceOp::kProd:
-      for (std::size_t i = 0; i < count; ++i) {
-        d[i] = static_cast<T>(d[i] * s[i]);
-      }
-      break;
+      return combine<T>(dst, src, count, [](T a, T b) { return static_cast<T>(a * b); });
     case ReduceOp::kMin:
-      for (std::size_t i = 0; i < count; ++i) {
-        d[i] = std::min(d[i], s[i]);
-      }
-      break;
+      return combine<T>(dst, src, count, [](T a, T b) { return std::min(a, b); });
     case ReduceOp::kMax:
-      for (std::size_t i = 0; i < count; ++i) {
-        d[i] = std::max(d[i], s[i]);
-      }
-      break;
+      return combine<T>(dst, src, count, [](T a, T b) { return std::max(a, b); });
   }
 }
 
 template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float)>
 void reduceHalf(void* dst, const void* src, std::size_t count, ReduceOp op) {
-  auto* d = static_cast<std::uint16_t*>(dst);
-  const auto* s = static_cast<const std::uint16_t*>(src);
+  combine<std::uint16_t>(dst, src, count, [op](std::uint16_t a, std::uint16_t b) {
+    return FromFloat(apply(ToFloat(a), ToFloat(b), op));
+  });
+}
+
+// data[i] = f(data[i]), at any alignment (see combine).
+template <typename T, typename F>
+void transform(void* data, std::size_t count, F f) {
+  auto* d = static_cast<std::byte*>(data);
   for (std::size_t i = 0; i < count; ++i) {
-    d[i] = FromFloat(apply(ToFloat(d[i]), ToFloat(s[i]), op));
+    T a;
+    std::memcpy(&a, d + i * sizeof(T), sizeof(T));
+    const T r = f(a);
+    std::memcpy(d + i * sizeof(T), &r, sizeof(T));
   }
 }
 
 template <typename T>
 void divideTyped(void* data, std::size_t count, int n) {
-  auto* d = static_cast<T*>(data);
-  for (std::size_t i = 0; i < count; ++i) {
-    d[i] = static_cast<T>(d[i] / static_cast<T>(n));
-  }
+  transform<T>(data, count, [n](T a) { return static_cast<T>(a / static_cast<T>(n)); });
 }
 
 template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float)>
 void divideHalf(void* data, std::size_t count, int n) {
-  auto* d = static_cast<std::uint16_t*>(data);
-  for (std::size_t i = 0; i < count; ++i) {
-    d[i] = FromFloat(ToFloat(d[i]) / static_cast<float>(n));
-  }
+  transform<std::uint16_t>(
+      data, count, [n](std::uint16_t a) { return FromFloat(ToFloat(a) / static_cast<float>(n)); });
 }
 
 }  // namespace
