@@ -7,8 +7,8 @@
 //     [--algo-sweep]
 // --label names the implementation in the output (run.sh: "shm" for the tcp backend with its
 // default transport, "tcp" under DTRUN_TRANSPORT=tcp). --algo-sweep measures all_reduce once per
-// algorithm the tcp backend has (DTRUN_ALLREDUCE_ALGO=doubling, ring, hier: one group each),
-// printed as impl=<label>/<algo>: the thresholds in tcp_communicator.cpp come from these.
+// algorithm the tcp backend has (DTRUN_ALLREDUCE_ALGO=doubling, ring, hier, and direct unless
+// DTRUN_TRANSPORT=tcp: one group each), printed as impl=<label>/<algo>: the thresholds in tcp_communicator.cpp come from these.
 // Rank 0 prints one line per measurement:
 //   result impl=tcp n=2 op=all_reduce bytes=4096 iters=200 median_us=21.4 algbw_GBps=0.191
 //   busbw_GBps=0.191
@@ -230,7 +230,13 @@ int run(int argc, char** argv) {
   const rt::Context ctx = rt::init();
   if (o.algoSweep) {
     const std::string label = o.name;
-    for (const char* algo : {"doubling", "ring", "hier"}) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): this program has one thread
+    const char* transport = std::getenv("DTRUN_TRANSPORT");
+    const bool sockets = transport != nullptr && std::string(transport) == "tcp";
+    for (const char* algo : {"doubling", "ring", "hier", "direct"}) {
+      if (sockets && std::string(algo) == "direct") {
+        continue;  // shared memory only: it would fall back to the others
+      }
       // Read when a group is created; this program has one thread.
       ::setenv("DTRUN_ALLREDUCE_ALGO", algo, 1);  // NOLINT(concurrency-mt-unsafe)
       auto pg = rt::ProcessGroup::create(ctx, o.backend);

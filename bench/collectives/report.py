@@ -84,7 +84,7 @@ def sweep_table(rows):
         for impl, f in impls.items():
             transport, algo = impl.split("/", 1)
             by[(transport, n, nbytes)][algo] = f["us"]
-    algos = ("doubling", "ring", "hier")
+    algos = ("doubling", "ring", "hier", "direct")
     print()
     print("all_reduce algorithm sweep (median us; * = fastest)")
     head = f"{'transport':<9} {'n':>2} {'size':>8} |" + "".join(f" {a:>11}" for a in algos)
@@ -104,6 +104,23 @@ def sweep_table(rows):
             crossover.setdefault((transport, n), nbytes)
     for (transport, n), nbytes in sorted(crossover.items()):
         print(f"ring beats doubling from {human(nbytes)} ({transport}, {n} ranks)")
+    # direct against the best of the others: the smallest size from which it is fastest at every
+    # size measured above it.
+    direct_from = {}
+    for transport, n in sorted({(k[0], k[1]) for k in by}):
+        sizes = sorted(b for (t, m, b) in by if (t, m) == (transport, n))
+        since = None
+        for nbytes in sizes:
+            times = by[(transport, n, nbytes)]
+            others = [t for a, t in times.items() if a != "direct"]
+            if "direct" in times and others and times["direct"] <= min(others):
+                since = nbytes if since is None else since
+            else:
+                since = None
+        if since is not None:
+            direct_from[(transport, n)] = since
+    for (transport, n), nbytes in sorted(direct_from.items()):
+        print(f"direct beats the others from {human(nbytes)} ({transport}, {n} ranks)")
 
 
 def main():

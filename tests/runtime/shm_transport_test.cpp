@@ -80,6 +80,7 @@ struct Setup {
   std::optional<std::string> hosts;      // DTRUN_HOST_ID
   std::optional<std::string> ring;       // DTRUN_SHM_RING_BYTES
   std::optional<std::string> algo;       // DTRUN_ALLREDUCE_ALGO
+  std::optional<std::string> slot;       // DTRUN_SHM_SLOT_BYTES
 };
 
 // The ring mappings a world of `world` ranks makes under `setup` (both ends of each pair live in
@@ -111,13 +112,25 @@ std::string hostList(int world) {
 
 const std::vector<Setup>& setups() {
   static const std::vector<Setup> all = {
-      {"shm", std::nullopt, std::nullopt, std::nullopt, std::nullopt},
-      {"tcp", "tcp", std::nullopt, std::nullopt, std::nullopt},
-      {"mixed (hierarchical all_reduce)", std::nullopt, "mixed", std::nullopt, std::nullopt},
-      {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring"},
-      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt},
+      {"shm", std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      {"tcp", "tcp", std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      {"mixed (hierarchical all_reduce)", std::nullopt, "mixed", std::nullopt, std::nullopt,
+       std::nullopt},
+      {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring", std::nullopt},
+      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt, std::nullopt},
       {"shm, hierarchical all_reduce on one host", std::nullopt, std::nullopt, std::nullopt,
-       "hier"},
+       "hier", std::nullopt},
+      // The direct all_reduce: one piece for most check lengths, then many pieces and
+      // remainders (64 KiB slots: the checks' 100003 elements are 2 to 13 pieces).
+      {"shm, direct all_reduce", std::nullopt, std::nullopt, std::nullopt, "direct",
+       std::nullopt},
+      {"shm, direct all_reduce, 64 KiB slots", std::nullopt, std::nullopt, std::nullopt, "direct",
+       "65536"},
+      // Forced where it cannot run: the other algorithms stand in.
+      {"tcp, direct all_reduce asked for", "tcp", std::nullopt, std::nullopt, "direct",
+       std::nullopt},
+      {"mixed, direct all_reduce asked for", std::nullopt, "mixed", std::nullopt, "direct",
+       std::nullopt},
   };
   return all;
 }
@@ -217,6 +230,7 @@ TEST_CASE("the group checks pass over shm, tcp, mixed hosts and small rings, wor
                             s.hosts ? std::optional<std::string>(hostList(world)) : std::nullopt);
       const ScopedEnv ring("DTRUN_SHM_RING_BYTES", s.ring);
       const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", s.algo);
+      const ScopedEnv slot("DTRUN_SHM_SLOT_BYTES", s.slot);
       INFO(s.name << " world " << world << " (FAIL lines above name the check)");
       std::atomic<int> mapped{-1};
       CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
@@ -251,8 +265,9 @@ TEST_CASE("all_reduce gives the same bits over shm, tcp and mixed hosts, per alg
           "[runtime][shm]") {
   // The transport must not change a result; the algorithm may (another summation order), so
   // each is compared with itself. Mixed hosts' default, hierarchical, is compared with the
-  // hierarchical algorithm over sockets with the same hosts; against gloo above.
-  for (const char* algorithm : {"auto", "doubling", "ring", "hier"}) {
+  // hierarchical algorithm over sockets with the same hosts; against gloo above. Not "auto": on
+  // one host it picks the direct all_reduce for large messages over shared memory only.
+  for (const char* algorithm : {"doubling", "ring", "hier"}) {
     const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", algorithm);
     for (int world = 3; world <= 4; ++world) {
       INFO(algorithm << " world " << world);
@@ -279,6 +294,54 @@ TEST_CASE("all_reduce gives the same bits over shm, tcp and mixed hosts, per alg
   }
 }
 
+TEST_CASE("the direct all_reduce sums in rank order: exact bits on every rank, any size",
+          "[runtime][shm]") {
+  // Rank r's data is generated from r, so each rank can compute the expected result itself:
+  // ((x0 + x1) + x2) + x3 in float, which is the direct all_reduce's order. In place, in pieces
+  // (64 KiB slots: 16384 floats), with remainders and sizes not divisible by the rank count.
+  const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", "direct");
+  const ScopedEnv slot("DTRUN_SHM_SLOT_BYTES", "65536");
+  auto valuesOf = [](int rank, std::size_t count) {
+    std::mt19937 gen(static_cast<unsigned>(count * 131 + static_cast<std::size_t>(rank)));
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<float> v(count);
+    for (auto& x : v) {
+      x = dist(gen);
+    }
+    return v;
+  };
+  for (int world = 2; world <= 4; ++world) {
+    INFO("world " << world);
+    CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& c) {
+            const auto pg = rt::ProcessGroup::create(c, rt::Backend::kTcp);
+            for (const std::size_t count : {0UL, 1UL, 3UL, 17UL, 16383UL, 16384UL, 16385UL,
+                                            3 * 16384UL + 5, 200003UL}) {
+              std::vector<float> v = valuesOf(c.rank, count);
+              pg->allReduce(rt::view(std::span<float>(v)));
+              std::vector<float> want = valuesOf(0, count);
+              for (int q = 1; q < world; ++q) {
+                const std::vector<float> theirs = valuesOf(q, count);
+                for (std::size_t i = 0; i < count; ++i) {
+                  want[i] += theirs[i];
+                }
+              }
+              report.expect(count == 0 ||
+                                std::memcmp(v.data(), want.data(), count * sizeof(float)) == 0,
+                            "direct all_reduce of " + std::to_string(count) + " floats",
+                            "not the rank-order sum" + [&] {
+                              for (std::size_t i = 0; i < count; ++i) {
+                                if (v[i] != want[i]) {
+                                  return " (rank " + std::to_string(c.rank) + " element " + std::to_string(i) + ": " + std::to_string(v[i]) + " want " + std::to_string(want[i]) + ")";
+                                }
+                              }
+                              return std::string();
+                            }());
+            }
+            return report.exitCode();
+          }) == 0);
+  }
+}
+
 TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they work",
           "[runtime][shm]") {
   const TempDir dir;
@@ -296,11 +359,13 @@ TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they 
   CHECK(mapped == 0);
 }
 
-TEST_CASE("bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_ALLREDUCE_ALGO are refused, naming it",
+TEST_CASE("bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_SHM_SLOT_BYTES, DTRUN_ALLREDUCE_ALGO "
+          "are refused, naming it",
           "[runtime][shm]") {
   for (const auto& setting :
        std::vector<std::pair<std::string, std::string>>{{"DTRUN_TRANSPORT", "infiniband"},
                                                         {"DTRUN_SHM_RING_BYTES", "1000"},
+                                                        {"DTRUN_SHM_SLOT_BYTES", "3000000"},
                                                         {"DTRUN_ALLREDUCE_ALGO", "butterfly"}}) {
     const std::string name = setting.first;
     const ScopedEnv bad(name, setting.second);

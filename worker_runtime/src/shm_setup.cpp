@@ -118,11 +118,6 @@ std::size_t ringBytes(int localRanks) {
   return static_cast<std::size_t>(v);
 }
 
-std::string shmDir() {
-  const char* dir = env("DTRUN_SHM_DIR");
-  return dir != nullptr && *dir != '\0' ? std::string(dir) : std::string("/dev/shm");
-}
-
 std::uint64_t fnv1a(const std::string& text) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;
   for (const char c : text) {
@@ -219,6 +214,11 @@ void warnOnce(const std::string& line) {
 }
 
 }  // namespace
+
+std::string shmDir() {
+  const char* dir = env("DTRUN_SHM_DIR");
+  return dir != nullptr && *dir != '\0' ? std::string(dir) : std::string("/dev/shm");
+}
 
 int Topology::hostCount() const {
   return host.empty() ? 0 : *std::max_element(host.begin(), host.end()) + 1;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dtrun/common.h"
@@ -28,5 +29,8 @@ struct Topology {
 // answer within config.timeout, CommError when a peer's connection closes, ConfigError for a bad
 // DTRUN_TRANSPORT / DTRUN_HOST_ID / DTRUN_SHM_RING_BYTES.
 Topology connectLinks(const CommunicatorConfig& config, const std::vector<UniqueFd>& fds);
+
+// Where segments are created: $DTRUN_SHM_DIR, default /dev/shm.
+std::string shmDir();
 
 }  // namespace dtrun::runtime::detail::shm

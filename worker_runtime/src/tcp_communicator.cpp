@@ -3,10 +3,12 @@
 // by size and topology:
 //   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
 //                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
-//                   host: a star to rank 0 below 4 MiB (2 ranks) / 512 KiB; the crossovers are
-//                   measured (bench/collectives: --algo-sweep; see kRingFrom*). Ranks on several
-//                   hosts, some sharing one: hierarchical (reduce to each host's leader, all_reduce
-//                   among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
+//                   host: a star to rank 0 below 4 MiB (2 ranks) / 512 KiB; every rank on one
+//                   host over shared memory, large: "direct" through one group-wide segment
+//                   (shm_segment.h; see allReduceDirect); the crossovers are measured
+//                   (bench/collectives: --algo-sweep; see kRingFrom*, kDirectFrom*). Ranks on
+//                   several hosts, some sharing one: hierarchical (reduce to each host's leader,
+//                   all_reduce among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
 //   all_gather      pipelined ring            reduce_scatter   pipelined ring
@@ -16,15 +18,20 @@
 // rank order on both sides, and the ring's all-gather copies each finished block.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <span>
 #include <thread>
+
+#include <unistd.h>
 
 #include "communicator.h"
 #include "log.h"
 #include "reduce.h"
+#include "shm_segment.h"
 #include "shm_setup.h"
 #include "tcp_setup.h"
 #include "tcp_transport.h"
@@ -64,6 +71,21 @@ constexpr std::size_t kSegmentBytes = std::size_t{256} * 1024;
 // Ring steps whose receives are posted ahead, so data lands in place (reduce-scatter steps
 // combine it into the buffer as it arrives) instead of being buffered as unexpected.
 constexpr int kRingWindow = 2;
+// The direct all_reduce (every rank on one host, all over shared memory): direct from
+// kDirectFromPair (2 ranks) / kDirectFrom bytes, measured as the other thresholds.
+constexpr std::size_t kDirectFromPair = std::size_t{1} << 20U;
+constexpr std::size_t kDirectFrom = std::size_t{1} << 20U;
+// Each rank's slot holds one piece of the message (DTRUN_SHM_SLOT_BYTES); three sets of slots
+// let one barrier per piece order every reader before the next writer (see allReduceDirect).
+constexpr std::size_t kDirectSlotBytes = std::size_t{1} << 20U;
+constexpr std::size_t kDirectSets = 3;
+constexpr std::size_t kCacheLine = 64;
+// Its set-up messages' step ids, and the longest segment path it accepts.
+constexpr std::uint32_t kSetUpLength = 0;
+constexpr std::uint32_t kSetUpPath = 1;
+constexpr std::uint32_t kSetUpAnswer = 2;
+constexpr std::uint32_t kSetUpVerdict = 3;
+constexpr std::uint32_t kMaxPathBytes = 4096;
 // Step ids of recursive doubling's fold-in and fold-out messages (doubling steps are 1..31).
 constexpr std::uint32_t kFoldInStep = 0;
 constexpr std::uint32_t kFoldOutStep = 32;
@@ -86,7 +108,7 @@ std::chrono::microseconds spinFor() {
   return std::chrono::microseconds(cores > 0 && localRanks <= cores ? kDefaultSpinUs : 0);
 }
 
-enum class AllReduceAlgo : std::uint8_t { kAuto, kDoubling, kRing, kHierarchical };
+enum class AllReduceAlgo : std::uint8_t { kAuto, kDoubling, kRing, kHierarchical, kDirect };
 
 AllReduceAlgo allReduceAlgo() {
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
@@ -104,8 +126,11 @@ AllReduceAlgo allReduceAlgo() {
   if (name == "hier") {
     return AllReduceAlgo::kHierarchical;
   }
+  if (name == "direct") {
+    return AllReduceAlgo::kDirect;
+  }
   throw ConfigError("DTRUN_ALLREDUCE_ALGO='" + name +
-                    "': expected auto (by size and topology), doubling, ring or hier");
+                    "': expected auto (by size and topology), doubling, ring, hier or direct");
 }
 
 std::string rankList(const std::set<int>& ranks) {
@@ -185,12 +210,14 @@ class TcpWork final : public WorkState {
 class TcpCommunicator;
 
 // The group's connections: a socket to every peer, and a shared-memory link to every peer on
-// this host (see shm_setup.h). hosts[r] numbers group rank r's host.
-std::shared_ptr<tcp::Transport> connect(const CommunicatorConfig& config, std::vector<int>& hosts) {
+// this host (see shm_setup.h). hosts[r] numbers group rank r's host; `linked` counts the peers
+// over shared memory.
+std::shared_ptr<tcp::Transport> connect(const CommunicatorConfig& config, std::vector<int>& hosts,
+                                        int& linked) {
   std::vector<UniqueFd> fds = tcp::connectMesh(config);
   shm::Topology topology = shm::connectLinks(config, fds);
   hosts = std::move(topology.host);
-  int linked = 0;
+  linked = 0;
   for (const auto& link : topology.links) {
     linked += link ? 1 : 0;
   }
@@ -241,7 +268,10 @@ class Call {
 class TcpCommunicator final : public Communicator {
  public:
   explicit TcpCommunicator(const CommunicatorConfig& config)
-      : config_(config), algo_(allReduceAlgo()), transport_(connect(config, hosts_)) {
+      : config_(config),
+        algo_(allReduceAlgo()),
+        slotBytes_(shm::slotBytes(kDirectSlotBytes)),
+        transport_(connect(config, hosts_, linked_)) {
     for (int r = 0; r < config_.size; ++r) {
       world_.push_back(r);
       const int host = hosts_[static_cast<std::size_t>(r)];
@@ -258,6 +288,7 @@ class TcpCommunicator final : public Communicator {
     starBelow_ = leaders_.size() > 1 || config_.size > kStarMaxRanks ? 0
                  : config_.size == 2                                 ? kRingFromOneHostPair
                                                                      : kRingFromOneHost;
+    directFrom_ = config_.size == 2 ? kDirectFromPair : kDirectFrom;
     transport_->start();
     log::runtime().debug("tcp: group '{}' ready: rank {} of {}", config_.groupName, config_.rank,
                          config_.size);
@@ -324,6 +355,12 @@ class TcpCommunicator final : public Communicator {
   void allReduceRing(Call& call, const std::vector<int>& members, int me, const Buffer& buffer,
                      ReduceOp op);
   void allReduceHierarchical(const Buffer& buffer, ReduceOp op);
+  void allReduceDirect(const Buffer& buffer, ReduceOp op);
+  // Whether the direct all_reduce can run: sets its segment up at the first call (a collective
+  // on every rank of a one-host group; nothing elsewhere, where it answers false at once).
+  bool directReady();
+  void setUpDirect();
+  void warnDirect(const std::string& why);
   // Runs `rsSteps` reduce-scatter then `agSteps` all-gather steps of a ring over `buf` among
   // `members` (this rank is members[me]), whose block c holds elements [offsets[c],
   // offsets[c + 1]). Step s sends block (me - s + shift) to the right and receives block
@@ -342,14 +379,22 @@ class TcpCommunicator final : public Communicator {
   }
 
   const CommunicatorConfig config_;
-  const AllReduceAlgo algo_;  // DTRUN_ALLREDUCE_ALGO; kAuto: by size and topology
-  std::vector<int> hosts_;    // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
+  const AllReduceAlgo algo_;     // DTRUN_ALLREDUCE_ALGO; kAuto: by size and topology
+  const std::size_t slotBytes_;  // the direct all_reduce's piece per rank
+  std::vector<int> hosts_;  // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
+  int linked_ = 0;          // peers over shared memory (set by connect())
   std::shared_ptr<tcp::Transport> transport_;
   std::vector<int> world_;      // 0 .. size - 1
   std::vector<int> hostRanks_;  // the group ranks on this rank's host, ascending
   std::vector<int> leaders_;    // each host's lowest group rank, by host number
   std::size_t ringFrom_ = 0;    // all_reduce: ring from this many bytes, doubling below
   std::size_t starBelow_ = 0;   // one host, few ranks: the star below this many bytes
+  std::size_t directFrom_ = 0;  // one host, all over shared memory: direct from this many bytes
+  enum class Direct : std::uint8_t { kUntried, kReady, kUnavailable };
+  Direct direct_ = Direct::kUntried;
+  std::unique_ptr<shm::Segment> segment_;  // kReady: kDirectSets x size() slots
+  bool directWarned_ = false;
+  std::uint64_t directEpoch_ = 0;  // steps of direct all_reduces so far: where the sets stand
   std::string broken_;          // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;
   // Per-call state, reused so that steady-state collectives do not allocate.
@@ -533,6 +578,13 @@ void TcpCommunicator::barrier() {
 
 void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
   AllReduceAlgo algo = algo_;
+  const bool wantDirect = algo == AllReduceAlgo::kDirect ||
+                          (algo == AllReduceAlgo::kAuto && buffer.bytes() >= directFrom_);
+  if (wantDirect && directReady()) {
+    algo = AllReduceAlgo::kDirect;
+  } else if (algo == AllReduceAlgo::kDirect) {
+    algo = AllReduceAlgo::kAuto;  // directReady said why, once
+  }
   if (algo == AllReduceAlgo::kAuto) {
     // Across hosts with some sharing one: the in-host legs go through shared memory, and only
     // one rank per host crosses the network.
@@ -543,7 +595,9 @@ void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
            : buffer.bytes() < ringFrom_ ? AllReduceAlgo::kDoubling
                                         : AllReduceAlgo::kRing;
   }
-  if (algo == AllReduceAlgo::kHierarchical) {
+  if (algo == AllReduceAlgo::kDirect) {
+    allReduceDirect(buffer, op);
+  } else if (algo == AllReduceAlgo::kHierarchical) {
     allReduceHierarchical(buffer, op);
   } else {
     Call call(*this, "all_reduce");
@@ -665,6 +719,202 @@ void TcpCommunicator::allReduceHierarchical(const Buffer& buffer, ReduceOp op) {
   }
   for (std::size_t i = 0; i < others; ++i) {
     call.send(hostRanks_[i + 1], kHostDownStep, buf, bytes);
+  }
+  call.finish();
+}
+
+// ---- the direct all_reduce ------------------------------------------------------------------
+//
+// Every rank on one host: one segment holds a slot per rank (times kDirectSets). Per piece of the
+// message, each rank copies its piece into its slot; after a barrier, rank i reduces sub-range i
+// of the piece across all slots, in rank order, into slot 0 (and its own output); after the next
+// barrier each rank copies the other sub-ranges out of slot 0. Two copies and a 1/n share of the
+// reduction per rank and piece, and one barrier per piece: the ring's 2(n - 1) lock-step steps,
+// each a copy into a ring and one out of it, cost context switches once ranks outnumber cores.
+// The barriers are the group's own zero-byte messages, so a dead or late rank fails the call and
+// is named exactly as in the other algorithms.
+
+bool TcpCommunicator::directReady() {
+  if (leaders_.size() != 1 || size() < 2) {
+    if (algo_ == AllReduceAlgo::kDirect && size() > 1) {
+      warnDirect("the group spans " + std::to_string(leaders_.size()) + " hosts");
+    }
+    return false;
+  }
+  if (direct_ == Direct::kUntried) {
+    setUpDirect();
+  }
+  return direct_ == Direct::kReady;
+}
+
+void TcpCommunicator::warnDirect(const std::string& why) {
+  if (!directWarned_) {
+    directWarned_ = true;
+    log::runtime().warn(
+        "tcp: group '{}' rank {}: the direct all_reduce is off, the other algorithms stand in: {}",
+        config_.groupName, globalRank(rank()), why);
+  }
+}
+
+// Rank 0 creates the segment and offers its path; every rank maps it and answers; rank 0 unlinks
+// it (both this and a failure on the way: nothing outlives the call) and gives the verdict. A
+// rank whose peers are not all on shared memory (DTRUN_TRANSPORT=tcp, a pair that fell back)
+// declines, and the whole group goes without.
+void TcpCommunicator::setUpDirect() {
+  const int n = size();
+  const bool linked = linked_ == n - 1;
+  const std::size_t total = kDirectSets * static_cast<std::size_t>(n) * slotBytes_;
+  direct_ = Direct::kUnavailable;
+  std::string error;
+  char verdict = 0;
+  Call call(*this, "all_reduce");
+  if (rank() == 0) {
+    static std::atomic<std::uint64_t> segments{0};
+    struct Unlinked {
+      std::string path;
+      Unlinked() = default;
+      Unlinked(const Unlinked&) = delete;
+      Unlinked& operator=(const Unlinked&) = delete;
+      Unlinked(Unlinked&&) = delete;
+      Unlinked& operator=(Unlinked&&) = delete;
+      ~Unlinked() {
+        if (!path.empty()) {
+          ::unlink(path.c_str());
+        }
+      }
+    } created;
+    std::string path;
+    if (linked) {
+      path = shm::shmDir() + "/dtrun-" + std::to_string(::getpid()) + "-direct-" +
+             std::to_string(segments++);
+      segment_ = shm::Segment::create(path, total, error);
+      if (segment_) {
+        created.path = path;
+      } else {
+        path.clear();
+      }
+    }
+    const auto length = static_cast<std::uint32_t>(path.size());
+    const auto pathBytes = std::as_bytes(std::span(path));
+    std::vector<char> answers(static_cast<std::size_t>(n), 0);
+    for (int q = 1; q < n; ++q) {
+      call.send(q, kSetUpLength, reinterpret_cast<const std::byte*>(&length), sizeof length);
+      call.send(q, kSetUpPath, pathBytes.data(), pathBytes.size());
+      call.recv(q, kSetUpAnswer, reinterpret_cast<std::byte*>(&answers[static_cast<std::size_t>(q)]),
+                1);
+    }
+    call.waitAll();
+    if (!created.path.empty()) {
+      ::unlink(created.path.c_str());  // every rank answered: who maps it holds it now
+      created.path.clear();
+    }
+    verdict = segment_ && std::count(answers.begin() + 1, answers.end(), 1) == n - 1 ? 1 : 0;
+    for (int q = 1; q < n; ++q) {
+      call.send(q, kSetUpVerdict, reinterpret_cast<const std::byte*>(&verdict), 1);
+    }
+    call.finish();
+  } else {
+    std::uint32_t length = 0;
+    call.wait(call.recv(0, kSetUpLength, reinterpret_cast<std::byte*>(&length), sizeof length));
+    if (length > kMaxPathBytes) {
+      throw CommError("all_reduce: rank " + std::to_string(globalRank(0)) +
+                      " offered a segment path of " + std::to_string(length) + " bytes");
+    }
+    std::string path(length, '\0');
+    call.wait(call.recv(0, kSetUpPath, std::as_writable_bytes(std::span(path)).data(), length));
+    char answer = 0;
+    if (!path.empty() && linked) {
+      segment_ = shm::Segment::open(path, total, error);
+      answer = segment_ ? 1 : 0;
+    }
+    call.send(0, kSetUpAnswer, reinterpret_cast<const std::byte*>(&answer), 1);
+    call.wait(call.recv(0, kSetUpVerdict, reinterpret_cast<std::byte*>(&verdict), 1));
+    call.finish();
+  }
+  if (!error.empty()) {
+    warnDirect(error + " (DTRUN_SHM_DIR names another tmpfs, DTRUN_SHM_SLOT_BYTES a smaller slot)");
+  } else if (verdict == 0 && algo_ == AllReduceAlgo::kDirect) {
+    warnDirect(linked ? "a peer could not map the segment (its log says why)"
+                      : "some peers of this rank are not on shared memory");
+  }
+  if (verdict == 1) {
+    direct_ = Direct::kReady;
+    log::runtime().debug("tcp: group '{}' rank {}: direct all_reduce over {} KiB of slots",
+                         config_.groupName, rank(), total >> 10U);
+  } else {
+    segment_.reset();
+  }
+}
+
+void TcpCommunicator::allReduceDirect(const Buffer& buffer, ReduceOp op) {
+  const int n = size();
+  const int me = rank();
+  const std::size_t esize = elementSize(buffer.dtype);
+  const std::size_t pieceElements = slotBytes_ / esize;
+  const std::size_t count = buffer.count;
+  const std::size_t pieces = (count + pieceElements - 1) / pieceElements;
+  std::byte* buf = bytePtr(buffer);
+  // Sets rotate across calls too: a rank may start the next call while another still copies
+  // this call's last piece out.
+  const std::uint64_t firstEpoch = directEpoch_;
+  directEpoch_ += pieces + 1;
+  auto slot = [&](std::size_t piece, int r) {
+    const std::uint64_t set = (firstEpoch + piece) % kDirectSets;
+    return segment_->data() +
+           (set * static_cast<std::size_t>(n) + static_cast<std::size_t>(r)) * slotBytes_;
+  };
+  auto input = [&](std::size_t piece) { return buf + piece * pieceElements * esize; };
+  auto length = [&](std::size_t piece) {
+    return std::min(pieceElements, count - piece * pieceElements);
+  };
+  // Where sub-range i of a piece of `elements` starts: whole cache lines, so that no two ranks
+  // write one line of slot 0.
+  const std::size_t unit = std::max<std::size_t>(1, kCacheLine / esize);
+  auto bound = [&](std::size_t elements, int i) {
+    const std::size_t units = (elements + unit - 1) / unit;
+    return std::min(elements, units * static_cast<std::size_t>(i) / static_cast<std::size_t>(n) *
+                                  unit);
+  };
+  std::uint32_t rounds = 0;
+  for (int distance = 1; distance < n; distance <<= 1) {
+    ++rounds;
+  }
+  Call call(*this, "all_reduce");
+  // Step k: piece k goes in, then a barrier; piece k - 1's result goes out, piece k is reduced.
+  // A rank writes piece k + 1 into set k + 1 (mod 3) only after barrier k, which every rank
+  // passed after reading set k - 2 (the same set) for the last time; a call's last step, a
+  // barrier without a piece, counts as a piece for this.
+  for (std::size_t k = 0; k <= pieces; ++k) {
+    if (k < pieces) {
+      std::memcpy(slot(k, me), input(k), length(k) * esize);
+    }
+    // Dissemination barrier (as barrier()), its steps numbered per piece.
+    auto step = static_cast<std::uint32_t>(k * rounds);
+    for (int distance = 1; distance < n; distance <<= 1, ++step) {
+      Op& in = call.recv((me - distance + n) % n, step, nullptr, 0);
+      call.send((me + distance) % n, step, nullptr, 0);
+      call.wait(in);
+    }
+    if (k > 0) {
+      const std::size_t elements = length(k - 1);
+      const std::size_t mineFirst = bound(elements, me);
+      const std::size_t mineLast = bound(elements, me + 1);
+      std::memcpy(input(k - 1), slot(k - 1, 0), mineFirst * esize);
+      std::memcpy(input(k - 1) + mineLast * esize, slot(k - 1, 0) + mineLast * esize,
+                  (elements - mineLast) * esize);
+    }
+    if (k < pieces) {
+      const std::size_t elements = length(k);
+      const std::size_t first = bound(elements, me);
+      const std::size_t mine = bound(elements, me + 1) - first;
+      if (mine > 0) {
+        std::byte* sum = slot(k, 0) + first * esize;
+        for (int r = 1; r < n; ++r) {
+          reduceInto(sum, slot(k, r) + first * esize, mine, buffer.dtype, op);
+        }
+        std::memcpy(input(k) + first * esize, sum, mine * esize);
+      }
+    }
   }
   call.finish();
 }
