@@ -10,7 +10,7 @@
 #   bench/collectives/run.sh [DTRUN] [COLLECTIVES_BENCH]      (builds nothing: ninja -C build
 #                                                              dtrun collectives_bench first)
 # Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
-# SWEEP=1 (SWEEP_MAX_BYTES=16777216), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
+# SWEEP=1 (SWEEP_MAX_BYTES=16777216, SWEEP_TRANSPORTS="shm tcp"), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
 # OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>,
 # PLOT=<where the plot is copied; default bench/collectives/allreduce_busbw.png; empty: nowhere>.
 set -euo pipefail
@@ -66,7 +66,7 @@ for rep in $(seq 1 "$REPEATS"); do
       esac
     done
     if [[ $SWEEP == 1 ]]; then
-      for transport in shm tcp; do
+      for transport in ${SWEEP_TRANSPORTS:-shm tcp}; do
         id=sweep_${transport}_${n}_$rep
         echo "run.sh: repeat $rep/$REPEATS: all_reduce algorithms over $transport, $n ranks ..." >&2
         one "$id" "$sweep" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT="${transport/shm/auto}" \

@@ -77,9 +77,10 @@ constexpr std::size_t kDirectFromPair = std::size_t{1} << 20U;
 constexpr std::size_t kDirectFrom = std::size_t{1} << 20U;
 // Each rank's slot holds one piece of the message (DTRUN_SHM_SLOT_BYTES); three sets of slots
 // let one barrier per piece order every reader before the next writer (see allReduceDirect).
-constexpr std::size_t kDirectSlotBytes = std::size_t{1} << 20U;
+constexpr std::size_t kDirectSlotBytes = std::size_t{512} << 10U;
 constexpr std::size_t kDirectSets = 3;
 constexpr std::size_t kCacheLine = 64;
+constexpr std::size_t kDirectChunkBytes = std::size_t{16} << 10U;  // reduced while in L1
 // Its set-up messages' step ids, and the longest segment path it accepts.
 constexpr std::uint32_t kSetUpLength = 0;
 constexpr std::uint32_t kSetUpPath = 1;
@@ -875,6 +876,7 @@ void TcpCommunicator::allReduceDirect(const Buffer& buffer, ReduceOp op) {
     return std::min(elements, units * static_cast<std::size_t>(i) / static_cast<std::size_t>(n) *
                                   unit);
   };
+  const std::size_t chunkElements = std::max<std::size_t>(1, kDirectChunkBytes / esize);
   std::uint32_t rounds = 0;
   for (int distance = 1; distance < n; distance <<= 1) {
     ++rounds;
@@ -886,7 +888,13 @@ void TcpCommunicator::allReduceDirect(const Buffer& buffer, ReduceOp op) {
   // barrier without a piece, counts as a piece for this.
   for (std::size_t k = 0; k <= pieces; ++k) {
     if (k < pieces) {
-      std::memcpy(slot(k, me), input(k), length(k) * esize);
+      // All but the sub-range this rank reduces: that one it reads from its own buffer.
+      const std::size_t elements = length(k);
+      const std::size_t mineFirst = bound(elements, me);
+      const std::size_t mineLast = bound(elements, me + 1);
+      std::memcpy(slot(k, me), input(k), mineFirst * esize);
+      std::memcpy(slot(k, me) + mineLast * esize, input(k) + mineLast * esize,
+                  (elements - mineLast) * esize);
     }
     // Dissemination barrier (as barrier()), its steps numbered per piece.
     auto step = static_cast<std::uint32_t>(k * rounds);
@@ -907,12 +915,20 @@ void TcpCommunicator::allReduceDirect(const Buffer& buffer, ReduceOp op) {
       const std::size_t elements = length(k);
       const std::size_t first = bound(elements, me);
       const std::size_t mine = bound(elements, me + 1) - first;
-      if (mine > 0) {
-        std::byte* sum = slot(k, 0) + first * esize;
-        for (int r = 1; r < n; ++r) {
-          reduceInto(sum, slot(k, r) + first * esize, mine, buffer.dtype, op);
+      // In chunks that stay in L1 while every other slot is folded in: each source is read
+      // once from memory, not the partial sum n - 1 times.
+      // The sum goes to slot 0 (for the others) and to this rank's output, in rank order.
+      for (std::size_t at = first; at < first + mine; at += chunkElements) {
+        const std::size_t len = std::min(chunkElements, first + mine - at);
+        std::byte* sum = slot(k, 0) + at * esize;
+        std::byte* own = input(k) + at * esize;
+        if (me == 0) {
+          std::memcpy(sum, own, len * esize);
         }
-        std::memcpy(input(k) + first * esize, sum, mine * esize);
+        for (int r = 1; r < n; ++r) {
+          reduceInto(sum, r == me ? own : slot(k, r) + at * esize, len, buffer.dtype, op);
+        }
+        std::memcpy(own, sum, len * esize);
       }
     }
   }
