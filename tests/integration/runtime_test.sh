@@ -13,8 +13,9 @@
 #   (compare    tcp against gloo on seeded random data: tests/runtime/group_checks_test.cpp,
 #               compare_checks.h, ranks as threads, world sizes 2 and 3)
 #   early-exit  rank 2 of 3 exits 3 after the group formed or before it, or is SIGKILLed during
-#               16 MiB all_reduce calls (tcp over shared memory, sockets and mixed; gloo): the
-#               others report CommError/TimeoutError naming rank 2 within DTRUN_TIMEOUT + 5 s;
+#               16 MiB all_reduce calls (tcp over shared memory, sockets, mixed and the direct
+#               all_reduce; gloo): the others report CommError/TimeoutError naming rank 2 within
+#               DTRUN_TIMEOUT + 5 s;
 #               dtrun exits 3 (137 for the kill)
 #   attempt     --max_restarts=1: attempt 0's rank 0 exits 1, attempt 1 forms fresh groups
 #   errors      bad environment and arguments throw ConfigError naming the problem; init()
@@ -127,9 +128,10 @@ ranks_of() { mapfile -t rank_list < <(ranks "$1"); }
 # ignore dtrun's SIGTERM long enough (--shutdown_timeout) to report their error; dtrun's exit
 # code is the dying rank's (3, or 128 + 9). The tcp backend runs over each transport: shared
 # memory (the default: one host), sockets only (DTRUN_TRANSPORT=tcp), and mixed (DTRUN_HOST_ID:
-# rank 0 on "host" a, ranks 1 and 2 on b share memory, sockets between the hosts).
+# rank 0 on "host" a, ranks 1 and 2 on b share memory, sockets between the hosts). "direct"
+# forces the one-host group-wide segment all_reduce (auto picks it there for 16 MiB too).
 for spec in "tcp collective shm" "tcp kill shm" "tcp collective tcp" "tcp kill tcp" \
-  "tcp kill mixed" "gloo collective -" "tcp create shm" "gloo create -"; do
+  "tcp kill mixed" "tcp kill direct" "gloo collective -" "tcp create shm" "gloo create -"; do
   read -r backend phase transport <<<"$spec"
   name=early_${backend}_${phase}_${transport/-/default}
   want_rc=3
@@ -138,10 +140,11 @@ for spec in "tcp collective shm" "tcp kill shm" "tcp collective tcp" "tcp kill t
   case $transport in
     tcp) transport_env=(DTRUN_TRANSPORT=tcp) ;;
     mixed) transport_env=(DTRUN_HOST_ID=a,b,b) ;;
+    direct) transport_env=(DTRUN_ALLREDUCE_ALGO=direct) ;;
   esac
   if ((${#transport_env[@]})); then export "${transport_env[@]}"; fi
   run "$name" 3 --shutdown_timeout=30 -- early-exit "$backend" "$phase"
-  unset DTRUN_TRANSPORT DTRUN_HOST_ID
+  unset DTRUN_TRANSPORT DTRUN_HOST_ID DTRUN_ALLREDUCE_ALGO
   if expect_rc "$name" "$want_rc"; then
     ok=0
     expect_clean "$name" 0 0 1 || ok=1

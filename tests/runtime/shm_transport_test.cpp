@@ -118,12 +118,11 @@ const std::vector<Setup>& setups() {
        std::nullopt},
       {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring", std::nullopt},
       {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt, std::nullopt},
-      {"shm, hierarchical all_reduce on one host", std::nullopt, std::nullopt, std::nullopt,
-       "hier", std::nullopt},
+      {"shm, hierarchical all_reduce on one host", std::nullopt, std::nullopt, std::nullopt, "hier",
+       std::nullopt},
       // The direct all_reduce: one piece for most check lengths, then many pieces and
       // remainders (64 KiB slots: the checks' 100003 elements are 2 to 13 pieces).
-      {"shm, direct all_reduce", std::nullopt, std::nullopt, std::nullopt, "direct",
-       std::nullopt},
+      {"shm, direct all_reduce", std::nullopt, std::nullopt, std::nullopt, "direct", std::nullopt},
       {"shm, direct all_reduce, 64 KiB slots", std::nullopt, std::nullopt, std::nullopt, "direct",
        "65536"},
       // Forced where it cannot run: the other algorithms stand in.
@@ -314,8 +313,8 @@ TEST_CASE("the direct all_reduce sums in rank order: exact bits on every rank, a
     INFO("world " << world);
     CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& c) {
             const auto pg = rt::ProcessGroup::create(c, rt::Backend::kTcp);
-            for (const std::size_t count : {0UL, 1UL, 3UL, 17UL, 16383UL, 16384UL, 16385UL,
-                                            3 * 16384UL + 5, 200003UL}) {
+            for (const std::size_t count :
+                 {0UL, 1UL, 3UL, 17UL, 16383UL, 16384UL, 16385UL, 3 * 16384UL + 5, 200003UL}) {
               std::vector<float> v = valuesOf(c.rank, count);
               pg->allReduce(rt::view(std::span<float>(v)));
               std::vector<float> want = valuesOf(0, count);
@@ -325,17 +324,19 @@ TEST_CASE("the direct all_reduce sums in rank order: exact bits on every rank, a
                   want[i] += theirs[i];
                 }
               }
-              report.expect(count == 0 ||
-                                std::memcmp(v.data(), want.data(), count * sizeof(float)) == 0,
-                            "direct all_reduce of " + std::to_string(count) + " floats",
-                            "not the rank-order sum" + [&] {
-                              for (std::size_t i = 0; i < count; ++i) {
-                                if (v[i] != want[i]) {
-                                  return " (rank " + std::to_string(c.rank) + " element " + std::to_string(i) + ": " + std::to_string(v[i]) + " want " + std::to_string(want[i]) + ")";
-                                }
-                              }
-                              return std::string();
-                            }());
+              report.expect(
+                  count == 0 || std::memcmp(v.data(), want.data(), count * sizeof(float)) == 0,
+                  "direct all_reduce of " + std::to_string(count) + " floats",
+                  "not the rank-order sum" + [&] {
+                    for (std::size_t i = 0; i < count; ++i) {
+                      if (v[i] != want[i]) {
+                        return " (rank " + std::to_string(c.rank) + " element " +
+                               std::to_string(i) + ": " + std::to_string(v[i]) + " want " +
+                               std::to_string(want[i]) + ")";
+                      }
+                    }
+                    return std::string();
+                  }());
             }
             return report.exitCode();
           }) == 0);
@@ -359,9 +360,10 @@ TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they 
   CHECK(mapped == 0);
 }
 
-TEST_CASE("bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_SHM_SLOT_BYTES, DTRUN_ALLREDUCE_ALGO "
-          "are refused, naming it",
-          "[runtime][shm]") {
+TEST_CASE(
+    "bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_SHM_SLOT_BYTES, DTRUN_ALLREDUCE_ALGO "
+    "are refused, naming it",
+    "[runtime][shm]") {
   for (const auto& setting :
        std::vector<std::pair<std::string, std::string>>{{"DTRUN_TRANSPORT", "infiniband"},
                                                         {"DTRUN_SHM_RING_BYTES", "1000"},

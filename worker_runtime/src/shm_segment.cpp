@@ -56,8 +56,8 @@ std::unique_ptr<Segment> Segment::open(const std::string& path, std::size_t byte
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || st.st_size != static_cast<off_t>(bytes)) {
     // Another size: the ranks disagree on DTRUN_SHM_SLOT_BYTES.
-    error = path + " holds " + std::to_string(st.st_size) + " bytes, not " +
-            std::to_string(bytes) + " (is DTRUN_SHM_SLOT_BYTES the same on every rank?)";
+    error = path + " holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(bytes) +
+            " (is DTRUN_SHM_SLOT_BYTES the same on every rank?)";
     return nullptr;
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);

@@ -4,8 +4,9 @@
 //   all_reduce      small: recursive doubling (non-powers of two fold the extra ranks in),
 //                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
 //                   host: a star to rank 0 below 4 MiB (2 ranks) / 512 KiB; every rank on one
-//                   host over shared memory, large: "direct" through one group-wide segment
-//                   (shm_segment.h; see allReduceDirect); the crossovers are measured
+//                   host over shared memory, from 4 MiB (2 ranks) / 256 KiB: "direct" through
+//                   one group-wide segment (shm_segment.h; allReduceDirect); the crossovers are
+//                   measured
 //                   (bench/collectives: --algo-sweep; see kRingFrom*, kDirectFrom*). Ranks on
 //                   several hosts, some sharing one: hierarchical (reduce to each host's leader,
 //                   all_reduce among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
@@ -71,10 +72,12 @@ constexpr std::size_t kSegmentBytes = std::size_t{256} * 1024;
 // Ring steps whose receives are posted ahead, so data lands in place (reduce-scatter steps
 // combine it into the buffer as it arrives) instead of being buffered as unexpected.
 constexpr int kRingWindow = 2;
-// The direct all_reduce (every rank on one host, all over shared memory): direct from
-// kDirectFromPair (2 ranks) / kDirectFrom bytes, measured as the other thresholds.
-constexpr std::size_t kDirectFromPair = std::size_t{1} << 20U;
-constexpr std::size_t kDirectFrom = std::size_t{1} << 20U;
+// The direct all_reduce (every rank on one host, all over shared memory), from the same sweep
+// (medians of 3): it beat every other algorithm at every size from 4 MiB at 2 ranks (below, the
+// star and doubling are as fast: one exchange) and from 256 KiB at 4 ranks (below, the star's
+// two steps win). 3 ranks, and more than 4 (not measured here), take the 4-rank threshold.
+constexpr std::size_t kDirectFromPair = std::size_t{4} << 20U;
+constexpr std::size_t kDirectFrom = std::size_t{256} << 10U;
 // Each rank's slot holds one piece of the message (DTRUN_SHM_SLOT_BYTES); three sets of slots
 // let one barrier per piece order every reader before the next writer (see allReduceDirect).
 constexpr std::size_t kDirectSlotBytes = std::size_t{512} << 10U;
@@ -396,7 +399,7 @@ class TcpCommunicator final : public Communicator {
   std::unique_ptr<shm::Segment> segment_;  // kReady: kDirectSets x size() slots
   bool directWarned_ = false;
   std::uint64_t directEpoch_ = 0;  // steps of direct all_reduces so far: where the sets stand
-  std::string broken_;          // why the group is unusable (a collective failed)
+  std::string broken_;             // why the group is unusable (a collective failed)
   std::uint32_t sequence_ = 0;
   // Per-call state, reused so that steady-state collectives do not allocate.
   std::vector<std::unique_ptr<Op>> ops_;
@@ -801,8 +804,8 @@ void TcpCommunicator::setUpDirect() {
     for (int q = 1; q < n; ++q) {
       call.send(q, kSetUpLength, reinterpret_cast<const std::byte*>(&length), sizeof length);
       call.send(q, kSetUpPath, pathBytes.data(), pathBytes.size());
-      call.recv(q, kSetUpAnswer, reinterpret_cast<std::byte*>(&answers[static_cast<std::size_t>(q)]),
-                1);
+      call.recv(q, kSetUpAnswer,
+                reinterpret_cast<std::byte*>(&answers[static_cast<std::size_t>(q)]), 1);
     }
     call.waitAll();
     if (!created.path.empty()) {
@@ -836,7 +839,8 @@ void TcpCommunicator::setUpDirect() {
     warnDirect(error + " (DTRUN_SHM_DIR names another tmpfs, DTRUN_SHM_SLOT_BYTES a smaller slot)");
   } else if (verdict == 0 && algo_ == AllReduceAlgo::kDirect) {
     warnDirect(linked ? "a peer could not map the segment (its log says why)"
-                      : "some peers of this rank are not on shared memory");
+                      : "some peers of this rank are not on shared memory (DTRUN_TRANSPORT=tcp, "
+                        "or a pair stayed on TCP)");
   }
   if (verdict == 1) {
     direct_ = Direct::kReady;
@@ -873,8 +877,8 @@ void TcpCommunicator::allReduceDirect(const Buffer& buffer, ReduceOp op) {
   const std::size_t unit = std::max<std::size_t>(1, kCacheLine / esize);
   auto bound = [&](std::size_t elements, int i) {
     const std::size_t units = (elements + unit - 1) / unit;
-    return std::min(elements, units * static_cast<std::size_t>(i) / static_cast<std::size_t>(n) *
-                                  unit);
+    return std::min(elements,
+                    units * static_cast<std::size_t>(i) / static_cast<std::size_t>(n) * unit);
   };
   const std::size_t chunkElements = std::max<std::size_t>(1, kDirectChunkBytes / esize);
   std::uint32_t rounds = 0;
