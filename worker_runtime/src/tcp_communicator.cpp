@@ -5,18 +5,18 @@
 //                   large: pipelined ring reduce-scatter + all-gather; up to 4 ranks on one
 //                   host: a star to rank 0 below 4 MiB (2 ranks) / 512 KiB; every rank on one
 //                   host over shared memory, from 4 MiB (2 ranks) / 256 KiB: "direct" through
-//                   one group-wide segment (shm_segment.h; allReduceDirect); the crossovers are
-//                   measured
-//                   (bench/collectives: --algo-sweep; see kRingFrom*, kDirectFrom*). Ranks on
-//                   several hosts, some sharing one: hierarchical (reduce to each host's leader,
-//                   all_reduce among leaders, broadcast back). DTRUN_ALLREDUCE_ALGO forces one.
+//                   one group-wide segment (shm_segment.h; allReduceDirect); the crossovers
+//                   are measured (bench/collectives: --algo-sweep; see kRingFrom*,
+//                   kDirectFrom*). Ranks on several hosts, some sharing one: hierarchical
+//                   (reduce to each host's leader, all_reduce among leaders, broadcast back).
+//                   DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
 //   all_gather      pipelined ring            reduce_scatter   pipelined ring
 //   gather/scatter  direct to/from the root   all_to_all       pairwise exchange
 //   barrier         dissemination (zero-byte messages)
 // all_reduce is bitwise identical on every rank: recursive doubling combines the two halves in
-// rank order on both sides, and the ring's all-gather copies each finished block.
+// rank order on both sides, and the ring's all-gather and the direct one copy each finished block.
 #include <algorithm>
 #include <array>
 #include <atomic>
