@@ -146,9 +146,7 @@ Result runRound(const StoreFactory& stores, int n, const std::string& jobId) {
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int runMain(int argc, char** argv) {
   CLI::App app{"One round of N simulated nodes through etcd and through dtrun's store"};
   std::string endpoints;
   std::vector<int> sizes{8, 64, 512};
@@ -199,7 +197,8 @@ int main(int argc, char** argv) {
             "etcd_rdzv_bench backend=%s nodes=%d rep=%d close_ms=%.2f connect_ms=%.1f ok=%d\n",
             backend, n, rep, r.closeMs, r.connectMs, r.ok ? 1 : 0);
         if (!r.ok) {
-          std::fprintf(stderr, "etcd_rdzv_bench: %s %d nodes: %s\n", backend, n, r.error.c_str());
+          (void)std::fprintf(stderr, "etcd_rdzv_bench: %s %d nodes: %s\n", backend, n,
+                             r.error.c_str());
           ++failed;
         }
         closes.push_back(r.closeMs);
@@ -213,7 +212,18 @@ int main(int argc, char** argv) {
     std::printf(
         "etcd_rdzv_bench nodes=%d store_close_ms=%.2f etcd_close_ms=%.2f etcd_over_store=%.2f\n", n,
         medians[0], medians[1], medians[1] / std::max(medians[0], 1e-3));
-    std::fflush(stdout);
+    (void)std::fflush(stdout);
   }
   return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return runMain(argc, argv);
+  } catch (const std::exception& e) {
+    (void)std::fprintf(stderr, "etcd_rdzv_bench: %s\n", e.what());
+    return 1;
+  }
 }

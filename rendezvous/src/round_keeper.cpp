@@ -799,7 +799,7 @@ Status runKeeper(std::unique_ptr<Store> store, const std::string& jobId,
     if (stopping.load()) {
       return Status::error(Errc::kCancelled, "keeper of job '" + jobId + "': stopped");
     }
-    const auto s = store->wait(settingsKey, kPopSlice);
+    auto s = store->wait(settingsKey, kPopSlice);
     if (s.isOk()) {
       break;
     }
