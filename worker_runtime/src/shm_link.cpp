@@ -1,17 +1,10 @@
 #include "shm_link.h"
 
 #include <algorithm>
-#include <cerrno>
+#include <bit>
 #include <cstring>
 #include <new>
-#include <system_error>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "dtrun/common.h"
+#include <utility>
 
 namespace dtrun::runtime::detail::shm {
 namespace {
@@ -32,8 +25,6 @@ static_assert(kControlOffset + 2 * sizeof(RingControl) <= kHeaderBytes, "control
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "atomics in shared memory must be lock-free (address-free)");
 
-std::string errnoText(int err) { return std::system_category().message(err); }
-
 RingControl* controlAt(void* base, int ring) {
   return std::launder(
       reinterpret_cast<RingControl*>(static_cast<std::byte*>(base) + kControlOffset +
@@ -44,72 +35,44 @@ RingControl* controlAt(void* base, int ring) {
 
 std::unique_ptr<Link> Link::create(const std::string& path, std::size_t capacity,
                                    std::string& error) {
-  const std::size_t total = kHeaderBytes + 2 * capacity;
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) {
-    error = "cannot create " + path + ": " + errnoText(errno);
+  auto segment = Segment::create(path, kHeaderBytes + 2 * capacity, error);
+  if (!segment) {
     return nullptr;
   }
-  // posix_fallocate returns the error (it does not set errno).
-  if (const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); err != 0) {
-    error = "cannot allocate " + std::to_string(total >> 10U) + " KiB in " + path + ": " +
-            errnoText(err);
-    ::unlink(path.c_str());
-    return nullptr;
-  }
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) {
-    error = "cannot map " + path + ": " + errnoText(errno);
-    ::unlink(path.c_str());
-    return nullptr;
-  }
+  void* base = segment->data();
   auto* header = new (base) SegmentHeader{kMagic, capacity};
   (void)header;
   for (int ring = 0; ring < 2; ++ring) {
     new (controlAt(base, ring)) RingControl{};
   }
-  return std::unique_ptr<Link>(new Link(base, total, capacity, true));
+  return std::unique_ptr<Link>(new Link(std::move(segment), capacity, true));
 }
 
 std::unique_ptr<Link> Link::open(const std::string& path, std::string& error) {
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd.valid()) {
-    error = "cannot open " + path + ": " + errnoText(errno);
-    return nullptr;
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || st.st_size < static_cast<off_t>(kHeaderBytes)) {
-    error = path + " is not a segment (size " + std::to_string(st.st_size) + ")";
-    return nullptr;
-  }
-  const auto total = static_cast<std::size_t>(st.st_size);
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) {
-    error = "cannot map " + path + ": " + errnoText(errno);
+  auto segment = Segment::open(path, 0, error, kHeaderBytes);
+  if (!segment) {
     return nullptr;
   }
   SegmentHeader header{};
-  std::memcpy(&header, base, sizeof header);
-  if (header.magic != kMagic || kHeaderBytes + 2 * header.capacity != total ||
+  std::memcpy(&header, segment->data(), sizeof header);
+  if (header.magic != kMagic || kHeaderBytes + 2 * header.capacity != segment->bytes() ||
       !std::has_single_bit(header.capacity)) {
-    ::munmap(base, total);
     error = path + " has a foreign header";
     return nullptr;
   }
-  return std::unique_ptr<Link>(new Link(base, total, header.capacity, false));
+  return std::unique_ptr<Link>(new Link(std::move(segment), header.capacity, false));
 }
 
-Link::Link(void* base, std::size_t mapped, std::size_t capacity, bool creator)
-    : base_(base),
-      mapped_(mapped),
+Link::Link(std::unique_ptr<Segment> segment, std::size_t capacity, bool creator)
+    : segment_(std::move(segment)),
       capacity_(capacity),
-      tx_(controlAt(base, creator ? 0 : 1)),
-      rx_(controlAt(base, creator ? 1 : 0)),
-      txData_(static_cast<std::byte*>(base) + kHeaderBytes + (creator ? 0 : capacity)),
-      rxData_(static_cast<std::byte*>(base) + kHeaderBytes + (creator ? capacity : 0)),
+      tx_(controlAt(segment_->data(), creator ? 0 : 1)),
+      rx_(controlAt(segment_->data(), creator ? 1 : 0)),
+      txData_(segment_->data() + kHeaderBytes + (creator ? 0 : capacity)),
+      rxData_(segment_->data() + kHeaderBytes + (creator ? capacity : 0)),
       txHead_(tx_->head.load(std::memory_order_relaxed)) {}
 
-Link::~Link() { ::munmap(base_, mapped_); }
+Link::~Link() = default;
 
 // ---- producer ---------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@
 #include <span>
 #include <string>
 
+#include "shm_segment.h"
+
 namespace dtrun::runtime::detail::shm {
 
 // The control words of one direction, each on its own cache line so the producer's and the
@@ -76,11 +78,10 @@ class Link {
   [[nodiscard]] std::size_t capacity() const { return capacity_; }
 
  private:
-  Link(void* base, std::size_t mapped, std::size_t capacity, bool creator);
+  Link(std::unique_ptr<Segment> segment, std::size_t capacity, bool creator);
 
-  void* base_;
-  std::size_t mapped_;
-  std::size_t capacity_;  // per ring, a power of two
+  std::unique_ptr<Segment> segment_;  // the mapping: header page, then the two rings
+  std::size_t capacity_;              // per ring, a power of two
   RingControl* tx_;
   RingControl* rx_;
   std::byte* txData_;

@@ -1,5 +1,6 @@
 #include "shm_segment.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
@@ -47,25 +48,34 @@ std::unique_ptr<Segment> Segment::create(const std::string& path, std::size_t by
 }
 
 std::unique_ptr<Segment> Segment::open(const std::string& path, std::size_t bytes,
-                                       std::string& error) {
+                                       std::string& error, std::size_t minBytes) {
   const UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd.valid()) {
     error = "cannot open " + path + ": " + errnoText(errno);
     return nullptr;
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || st.st_size != static_cast<off_t>(bytes)) {
+  if (::fstat(fd.get(), &st) != 0) {
+    error = "cannot stat " + path + ": " + errnoText(errno);
+    return nullptr;
+  }
+  const auto size = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
+  if (bytes == 0 && size < minBytes) {
+    error = path + " is not a segment (size " + std::to_string(size) + ")";
+    return nullptr;
+  }
+  if (bytes != 0 && size != bytes) {
     // Another size: the ranks disagree on DTRUN_SHM_SLOT_BYTES.
-    error = path + " holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(bytes) +
+    error = path + " holds " + std::to_string(size) + " bytes, not " + std::to_string(bytes) +
             " (is DTRUN_SHM_SLOT_BYTES the same on every rank?)";
     return nullptr;
   }
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) {
     error = "cannot map " + path + ": " + errnoText(errno);
     return nullptr;
   }
-  return std::unique_ptr<Segment>(new Segment(static_cast<std::byte*>(base), bytes));
+  return std::unique_ptr<Segment>(new Segment(static_cast<std::byte*>(base), size));
 }
 
 Segment::~Segment() { ::munmap(base_, bytes_); }

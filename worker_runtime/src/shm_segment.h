@@ -19,9 +19,10 @@ class Segment {
   // at `path` then).
   static std::unique_ptr<Segment> create(const std::string& path, std::size_t bytes,
                                          std::string& error);
-  // Maps the segment another rank created at `path`; it must hold exactly `bytes`.
+  // Maps the segment another rank created at `path`; it must hold exactly `bytes` (0: whatever
+  // it holds, at least `minBytes`; bytes() says how much).
   static std::unique_ptr<Segment> open(const std::string& path, std::size_t bytes,
-                                       std::string& error);
+                                       std::string& error, std::size_t minBytes = 1);
 
   ~Segment();
   Segment(const Segment&) = delete;
