@@ -136,13 +136,7 @@ class EtcdStore final : public Store {
     DTRUN_TRY(waitFor(keys, timeout(), "multi_get"));
     std::vector<Bytes> values;
     for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
-      std::vector<EtcdOp> gets;
-      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
-        EtcdOp op;
-        op.key = full(keys[i]);
-        gets.push_back(std::move(op));
-      }
-      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, gets, {}));
+      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, getsOf(keys, at), {}));
       for (auto& kvs : txn.gets) {
         values.push_back(kvs.empty() ? Bytes() : std::move(kvs.front().value));
       }
@@ -281,6 +275,17 @@ class EtcdStore final : public Store {
 
  private:
   [[nodiscard]] std::string full(std::string_view key) const { return prefix_ + std::string(key); }
+  // Reads of keys[at, at + kTxnOps): one transaction's worth.
+  [[nodiscard]] std::vector<EtcdOp> getsOf(std::span<const std::string> keys,
+                                           std::size_t at) const {
+    std::vector<EtcdOp> gets;
+    for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
+      EtcdOp op;
+      op.key = full(keys[i]);
+      gets.push_back(std::move(op));
+    }
+    return gets;
+  }
 
   // The store's own timeout for calls that take none: etcd's request deadline bounds each request,
   // a wait gets the same bound as a whole.
@@ -296,13 +301,7 @@ class EtcdStore final : public Store {
   Result<Presence> presence(std::span<const std::string> keys) {
     Presence p;
     for (std::size_t at = 0; at < keys.size(); at += kTxnOps) {
-      std::vector<EtcdOp> gets;
-      for (std::size_t i = at; i < std::min(keys.size(), at + kTxnOps); ++i) {
-        EtcdOp op;
-        op.key = full(keys[i]);
-        gets.push_back(std::move(op));
-      }
-      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, gets, {}));
+      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({}, getsOf(keys, at), {}));
       if (p.revision == 0) {
         p.revision = txn.revision;
       }
