@@ -115,6 +115,12 @@ void ConsoleLines::feed(std::string_view data, std::string& out) {
     // "\r\n" is one line end: a '\r' alone would show the line, then an empty prefixed one.
     const bool crlf = data[end] == '\r' && end + 1 < data.size() && data[end + 1] == '\n';
     const std::size_t next = end + (crlf ? 2 : 1);
+    if (end == 0 && rest_.empty() && data[0] == '\r' && !crlf) {
+      // A bar's first '\r' at the start of its line moves nothing: as a line of its own it would
+      // be a bare prefix, and the next rank's line would follow on the same console line.
+      data.remove_prefix(1);
+      continue;
+    }
     out += prefix_;
     out += rest_;
     out.append(data.substr(0, next));
