@@ -441,11 +441,20 @@ class GatewayClient final : public EtcdClient {
     bool unreachable = true;  // only transport failures so far: kConnection at the deadline
     for (int turn = 0;; ++turn) {
       const std::size_t first = current_.load();
+      std::size_t notEtcd = 0;  // endpoints of this turn that serve no etcd API
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t at = (first + i) % n;
         const auto& endpoint = options_.endpoints[at];
         auto reply = http_->post(endpoint, path, body, auth, deadline);
-        if (reply.isOk() && reply.value().status == 200) {
+        if (reply.isOk() && reply.value().status == kNotFound) {
+          // Not etcd's gateway: a member that is gone may have left its port to another server.
+          // Only when no endpoint serves etcd is that the answer.
+          why[at] = notEtcdAnswer(endpoint, path);
+          if (++notEtcd == n) {
+            return Status::protocol(why[at] + "; check --rdzv_endpoint");
+          }
+          unreachable = false;
+        } else if (reply.isOk() && reply.value().status == 200) {
           current_ = at;
           try {
             return json::parse(reply.value().body);
@@ -453,8 +462,7 @@ class GatewayClient final : public EtcdClient {
             return Status::protocol("etcd at " + endpoint + " answered " + std::string(path) +
                                     " with malformed JSON: " + e.what());
           }
-        }
-        if (reply.isOk()) {
+        } else if (reply.isOk()) {
           const auto message = etcdMessage(reply.value().body);
           if (!transient(message)) {
             return refused(endpoint, path, message);
@@ -478,6 +486,13 @@ class GatewayClient final : public EtcdClient {
       std::this_thread::sleep_for(
           std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
     }
+  }
+
+  static constexpr unsigned kNotFound = 404;
+
+  static std::string notEtcdAnswer(const std::string& endpoint, std::string_view path) {
+    return "etcd at " + endpoint + ": " + std::string(path) +
+           " not found (HTTP 404: no etcd v3 API at this address)";
   }
 
   // etcd's answer when it is not one a moment's wait can change.
@@ -536,9 +551,14 @@ class GatewayClient final : public EtcdClient {
       const auto& endpoint = options_.endpoints[at];
       std::size_t parsed = 0;
       Status bad;
+      bool notEtcd = false;  // skipped as callOnce skips it; the next endpoint may serve etcd
       auto s = http_->stream(
           endpoint, path, body, token(), deadline, cancel,
           [&](unsigned status, const std::string& text) {
+            if (status == kNotFound) {
+              notEtcd = true;
+              return true;
+            }
             if (status != 200) {
               bad = Status::protocol("etcd at " + endpoint + ": " + std::string(path) + ": " +
                                      etcdMessage(text));
@@ -564,7 +584,9 @@ class GatewayClient final : public EtcdClient {
             }
             return false;
           });
-      if (s.isOk()) {
+      if (s.isOk() && notEtcd) {
+        s = Status::protocol(notEtcdAnswer(endpoint, path));
+      } else if (s.isOk()) {
         // Not even the stream's first message before the deadline: this member may be the one
         // in trouble; the next call starts with another.
         current_ = parsed == 0 && bad.isOk() ? (at + 1) % n : at;

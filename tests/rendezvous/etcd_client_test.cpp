@@ -1,7 +1,14 @@
 // EtcdClient against a real etcd (Debian's etcd-server, started by the test on loopback ports):
 // keys, transactions, leases, watches, a member killed with -9, TLS and auth, good and bad.
+#include <array>
 #include <atomic>
+#include <string>
 #include <thread>
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -41,6 +48,87 @@ std::unique_ptr<EtcdClient> connectTo(const EtcdOptions& options) {
 }
 
 bool oneLine(const std::string& text) { return text.find('\n') == std::string::npos; }
+
+// An HTTP server on a loopback port that answers every request "404 Not Found": what a killed
+// member's port gives when another server took it.
+class NotFoundServer {
+ public:
+  NotFoundServer() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    auto* raw = reinterpret_cast<sockaddr*>(&addr);  // NOLINT(*-reinterpret-cast): POSIX API
+    REQUIRE(::bind(fd_, raw, len) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    REQUIRE(::getsockname(fd_, raw, &len) == 0);
+    endpoint_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    thread_ = std::thread([this] { serve(); });
+  }
+  NotFoundServer(const NotFoundServer&) = delete;
+  NotFoundServer& operator=(const NotFoundServer&) = delete;
+  NotFoundServer(NotFoundServer&&) = delete;
+  NotFoundServer& operator=(NotFoundServer&&) = delete;
+  ~NotFoundServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  [[nodiscard]] const std::string& endpoint() const { return endpoint_; }
+  [[nodiscard]] int answered() const { return answered_.load(); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) != 1) {
+        continue;
+      }
+      const int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) {
+        continue;
+      }
+      answer(conn);
+      ::close(conn);
+    }
+  }
+  // Reads the request's head and body (Content-Length), then answers 404 and closes.
+  void answer(int conn) {
+    std::string request;
+    std::array<char, 4096> buffer{};
+    for (;;) {
+      const auto head = request.find("\r\n\r\n");
+      if (head != std::string::npos) {
+        const auto at = request.find("Content-Length: ");
+        const std::size_t body = at == std::string::npos ? 0 : std::stoul(request.substr(at + 16));
+        if (request.size() >= head + 4 + body) {
+          break;
+        }
+      }
+      pollfd p{conn, POLLIN, 0};
+      if (::poll(&p, 1, 2000) != 1) {
+        return;
+      }
+      const ssize_t n = ::read(conn, buffer.data(), buffer.size());
+      if (n <= 0) {
+        return;
+      }
+      request.append(buffer.data(), static_cast<std::size_t>(n));
+    }
+    const std::string reply =
+        "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n"
+        "Connection: close\r\n\r\nnot found";
+    if (::write(conn, reply.data(), reply.size()) == static_cast<ssize_t>(reply.size())) {
+      ++answered_;
+    }
+  }
+
+  int fd_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> answered_{0};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -433,6 +521,35 @@ TEST_CASE("etcd client: user/password auth; a wrong password is one line and kDe
     REQUIRE_FALSE(client.isOk());
     CHECK(client.status().code() == Errc::kDenied);
     CHECK_THAT(client.status().message(), Catch::Contains("user"));
+  }
+}
+
+TEST_CASE("etcd client: an endpoint answering HTTP 404 is passed over while another serves etcd",
+          "[integration][rdzv][etcd]") {
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  NotFoundServer other;
+  EtcdCluster etcd;
+  EtcdOptions options = etcd.clientOptions(10s);
+  options.endpoints.insert(options.endpoints.begin(), other.endpoint());
+  auto client = connectTo(options);  // the first endpoint tried answers 404
+  CHECK(other.answered() >= 1);
+  REQUIRE(client->put("/nf/a", "1").isOk());
+  CHECK(client->get("/nf/a").value()->value == "1");
+
+  SECTION("only 404s: refused at once, naming the endpoint") {
+    EtcdOptions wrong;
+    wrong.endpoints = {other.endpoint()};
+    wrong.timeout = 10s;
+    const auto start = std::chrono::steady_clock::now();
+    const auto refused = EtcdClient::connect(wrong);
+    REQUIRE_FALSE(refused.isOk());
+    CHECK(refused.status().code() == Errc::kProtocol);
+    CHECK_THAT(refused.status().message(), Catch::Contains(other.endpoint()));
+    CHECK_THAT(refused.status().message(), Catch::Contains("404"));
+    CHECK(oneLine(refused.status().message()));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
   }
 }
 
