@@ -15,6 +15,7 @@
 #include "dtrun/etcd.h"
 
 #include "support/etcd_server.h"
+#include "support/etcd_skip.h"
 #include "support/process.h"
 
 using namespace std::chrono_literals;
@@ -26,18 +27,9 @@ using dtrun::rdzv::EtcdOp;
 using dtrun::rdzv::EtcdOptions;
 using dtrun::testing::EtcdCluster;
 using dtrun::testing::EtcdClusterOptions;
+using dtrun::testing::skipWithoutEtcd;
 
 namespace {
-
-bool skipWithoutEtcd() {
-  if (dtrun::testing::etcdAvailable()) {
-    return false;
-  }
-  WARN(
-      "skipped: /usr/bin/etcd or /usr/bin/etcdctl is missing (scripts/setup.sh installs "
-      "etcd-server and etcd-client)");
-  return true;
-}
 
 std::unique_ptr<EtcdClient> connectTo(const EtcdOptions& options) {
   auto client = EtcdClient::connect(options);

@@ -14,6 +14,7 @@
 #include "dtrun/round.h"
 
 #include "support/etcd_server.h"
+#include "support/etcd_skip.h"
 #include "support/keeper_thread.h"
 #include "support/process.h"
 
@@ -22,18 +23,9 @@ using dtrun::Errc;
 using dtrun::rdzv::EtcdClient;
 using dtrun::rdzv::Store;
 using dtrun::testing::EtcdCluster;
+using dtrun::testing::skipWithoutEtcd;
 
 namespace {
-
-bool skipWithoutEtcd() {
-  if (dtrun::testing::etcdAvailable()) {
-    return false;
-  }
-  WARN(
-      "skipped: /usr/bin/etcd or /usr/bin/etcdctl is missing (scripts/setup.sh installs "
-      "etcd-server and etcd-client)");
-  return true;
-}
 
 std::shared_ptr<EtcdClient> clientOf(const EtcdCluster& etcd,
                                      std::chrono::milliseconds timeout = 5s) {
