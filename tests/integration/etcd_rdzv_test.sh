@@ -30,7 +30,7 @@ FAST=$FAST,close_timeout=5,lease_ttl=2
 logs_of() { find "$work/logs/$1" -path "*/$2/*/stdout.log" 2>/dev/null | sort; }
 env_lines() { cat "$@" 2>/dev/null | grep -h '^ENV ' || true; }
 field() { sed -E "s/.* $1=([^ ]*).*/\1/"; }
-wait_for() {  # <seconds> <command...>: true once the command succeeds
+wait_until() {  # <seconds> <command...>: true once the command succeeds
   local until=$((SECONDS + $1))
   shift
   while ((SECONDS < until)); do "$@" && return 0; sleep 0.1; done
@@ -92,7 +92,7 @@ for i in 0 1 2; do
   start "member_$i" $(common member 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
     "$WORKER" wait "$marker"
 done
-if wait_for 30 bash -c "[[ \$(cat $work/logs/member_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+if wait_until 30 bash -c "[[ \$(cat $work/logs/member_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
   etcd_kill_member 2
   sleep 3  # longer than the lease TTL: a member's loss must not cost any agent its lease
   touch "$marker"
@@ -114,23 +114,23 @@ ENDPOINTS=$ETCD_ENDPOINTS
 marker=$work/keeper.go
 start keeper_0 $(common keeper 2:3) --local_addr=127.0.0.1 --max_restarts=1 --nproc_per_node=1 \
   --report="$work/keeper_0.json" "$WORKER" wait "$marker"
-wait_for 10 grep -q "runs the keeper" "$work/keeper_0.out" ||
+wait_until 10 grep -q "runs the keeper" "$work/keeper_0.out" ||
   note_fail "keeper: the first agent did not say it runs the keeper"
 for i in 1 2; do
   start "keeper_$i" $(common keeper 2:3) --local_addr=127.0.0.$((i + 1)) --max_restarts=1 \
     --nproc_per_node=1 --report="$work/keeper_$i.json" "$WORKER" wait "$marker"
 done
-if wait_for 30 bash -c "[[ \$(cat $work/logs/keeper_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+if wait_until 30 bash -c "[[ \$(cat $work/logs/keeper_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
   before=$(env_lines $(logs_of keeper_1 attempt_0) | sed -E 's/.* MASTER_ADDR=([^ ]*) MASTER_PORT=([^ ]*).*/\1:\2/')
   killed_at=$(date +%s.%N)
   kill -9 "${pid_of[keeper_0]}"
   finish keeper_0
-  if wait_for 20 grep -q "runs the keeper" "$work/keeper_1.out" "$work/keeper_2.out" 2>/dev/null; then
+  if wait_until 20 grep -q "runs the keeper" "$work/keeper_1.out" "$work/keeper_2.out" 2>/dev/null; then
     took_over=$(date +%s.%N)
     pass "keeper: a survivor took over the keeper $(since "$killed_at" "$took_over") s after kill -9 (lease TTL 2 s)"
   fi
   # The survivors' next attempt: wait for its workers, then let them finish.
-  wait_for 30 bash -c "cat $work/logs/keeper_[12]/*/*/*/stdout.log 2>/dev/null | grep '^ENV' | grep -qv 'MASTER_ADDR=127.0.0.1 '" || true
+  wait_until 30 bash -c "cat $work/logs/keeper_[12]/*/*/*/stdout.log 2>/dev/null | grep '^ENV' | grep -qv 'MASTER_ADDR=127.0.0.1 '" || true
   restarted_at=$(date +%s.%N)
   touch "$marker"
   ok=0
@@ -158,7 +158,7 @@ for i in 0 1; do
   start "grow_$i" $(common grow 2:3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
     "$WORKER" grow 3
 done
-wait_for 30 bash -c "[[ \$(cat $work/logs/grow_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 2 ]]" || true
+wait_until 30 bash -c "[[ \$(cat $work/logs/grow_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 2 ]]" || true
 start grow_2 $(common grow 2:3) --local_addr=127.0.0.3 --nproc_per_node=1 "$WORKER" grow 3
 ok=0
 for i in 0 1 2; do expect_rc "grow_$i" 0 || ok=1; done
@@ -171,10 +171,10 @@ for i in 0 1 2; do
     "$WORKER" wait "$marker"
   sleep 0.3
 done
-if wait_for 30 grep -q "waiting as a spare" "$work/spare_2.out"; then
+if wait_until 30 grep -q "waiting as a spare" "$work/spare_2.out"; then
   kill -9 "${pid_of[spare_1]}"
   finish spare_1
-  wait_for 30 bash -c "compgen -G '$work/logs/spare_2/*/attempt_0/*/stdout.log' >/dev/null" || true
+  wait_until 30 bash -c "compgen -G '$work/logs/spare_2/*/attempt_0/*/stdout.log' >/dev/null" || true
   touch "$marker"
   ok=0
   for i in 0 2; do expect_rc "spare_$i" 0 || ok=1; done

@@ -34,8 +34,6 @@ foreign=$!
 pids+=("$foreign")
 touch "$work/busy"
 
-declare -A pid_of=()
-declare -A started_at=()
 start() {  # <name> [VAR=value...] -- <dtrun args...>
   local name=$1
   shift
@@ -49,20 +47,6 @@ start() {  # <name> [VAR=value...] -- <dtrun args...>
   pid_of[$name]=$!
   started_at[$name]=$SECONDS
   pids+=("$!")
-}
-rc=0
-expect_rc() {  # <name> <code>
-  wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT))
-  if [[ $rc -ne $2 ]]; then
-    note_fail "$1: exit code $rc, expected $2"
-    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
-    return 1
-  fi
-}
-wait_for() {  # <file> <pattern>: at most 20 s
-  for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  note_fail "no '$2' in $1"
-  return 1
 }
 # gpus_result <report> [<event log>]: validates both against their schemas; prints the gpus
 # check's outcome and detail from the report, and the event log's gpus outcomes with the host.

@@ -19,8 +19,6 @@ FAST=keep_alive_interval=0.5,keep_alive_max_attempt=2,read_timeout=5,last_call_t
 FAST=$FAST,close_timeout=5
 HOST=$(hostname)
 
-declare -A pid_of=()
-declare -A started_at=()
 start() {  # <name> <dtrun args...>
   local name=$1
   shift
@@ -28,20 +26,6 @@ start() {  # <name> <dtrun args...>
   pid_of[$name]=$!
   started_at[$name]=$SECONDS
   pids+=("$!")
-}
-rc=0
-expect_rc() {  # <name> <code>
-  wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT))
-  if [[ $rc -ne $2 ]]; then
-    note_fail "$1: exit code $rc, expected $2"
-    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
-    return 1
-  fi
-}
-wait_for() {  # <file> <pattern>: at most 20 s
-  for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  note_fail "no '$2' in $1"
-  return 1
 }
 # health <report> <event log>: validates both against their schemas; prints the failed
 # checks as "check:outcome" from each (report first).

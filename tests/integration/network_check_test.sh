@@ -24,22 +24,7 @@ WORKER=$HERE/workers/node_worker.sh
 FAST=keep_alive_interval=0.5,keep_alive_max_attempt=4,read_timeout=10,last_call_timeout=0.5
 FAST=$FAST,close_timeout=5
 
-declare -A pid_of=()
-declare -A started_at=()
-rc=0
-expect_rc() {  # <name> <code>
-  wait_agent "${pid_of[$1]}" $((started_at[$1] + LIMIT))
-  if [[ $rc -ne $2 ]]; then
-    note_fail "$1: exit code $rc, expected $2"
-    tail -n 15 "$work/$1.out" | sed 's/^/    | /' >&2
-    return 1
-  fi
-}
-wait_for() {  # <file> <pattern>: at most 30 s
-  for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  note_fail "no '$2' in $1"
-  return 1
-}
+WAIT_FOR_S=30
 # network <report> <event log>: validates both against their schemas; prints, from the report's
 # network checks (every node's, the job's one report included), "outcome pairs=N named=LIST"
 # and each pair's figures, then the event log's network outcomes.

@@ -38,3 +38,11 @@ expect_rc() {
     return 1
   fi
 }
+# wait_for <file> <pattern> [<seconds>]: true once <pattern> is in <file>; else, after <seconds>
+# (default $WAIT_FOR_S, else 20), a failure naming both.
+wait_for() {
+  local tenths=$((${3:-${WAIT_FOR_S:-20}} * 10)) i
+  for ((i = 0; i < tenths; i++)); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  note_fail "no '$2' in $1"
+  return 1
+}
