@@ -36,6 +36,10 @@ printf 'dtrun-mpi-node1 slots=1\ndtrun-mpi-node2 slots=1\n' >"$work/hosts-away"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent="$work/rsh"
 export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo OMPI_NUM_THREADS=1
 export OMP_NUM_THREADS=1
+# Open MPI 4.1's orted writes the hwloc topology into a shared mapping at a "hole" it guessed in
+# its address space; about one daemon start in six segfaults there (hwloc_shmem_topology_write),
+# and no rank starts. Without the hole (vmhole=none) each daemon reads the topology itself.
+export OMPI_MCA_rtc_hwloc_vmhole=none
 cases=0
 
 # mpi <hostfile> <name> <dtrun args...>: mpirun -np 2, one per node. Each rank's stdout and stderr
@@ -50,6 +54,7 @@ mpi() {
     "$work/$name" "$DTRUN" "$@" >"$work/$name.mpirun" 2>&1 || rc=$?
   cat "$work/$name".[01].out >"$work/$name.out" 2>/dev/null || true
   cat "$work/$name".[01].err >"$work/$name.err" 2>/dev/null || true
+  [[ -f $work/$name.0.err ]] || sed 's/^/    | mpirun: /' "$work/$name.mpirun" | head -n 20 >&2
   return $rc
 }
 
