@@ -116,7 +116,10 @@ void JobCoordinator::done() {
 }
 
 void JobCoordinator::bye() {
-  notify([this] { return member_->bye(); });
+  notify([this] {
+    saidBye_ = true;
+    return member_->bye();
+  });
 }
 
 void JobCoordinator::leave(const std::string& why) {
@@ -128,7 +131,7 @@ void JobCoordinator::notify(std::function<Status()> call) {
 }
 
 void JobCoordinator::send(const std::function<Status()>& call) {
-  if (lost_.load()) {
+  if (lost_.load() || saidBye_.load()) {
     return;
   }
   if (auto s = call(); !s.isOk() && !lost_.exchange(true)) {

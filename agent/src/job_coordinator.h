@@ -74,6 +74,9 @@ class JobCoordinator {
   OnError onStoreLost_;
   std::atomic<bool> cancel_{false};
   std::atomic<bool> lost_{false};
+  // Nothing goes out after the bye, heartbeats included: past the exit barrier the job's keys are
+  // removed (etcd), and a late message would be left behind.
+  std::atomic<bool> saidBye_{false};
   // Declared last: destroyed first, while the member they use still exists.
   std::unique_ptr<TaskThread> waiter_;
   std::unique_ptr<TaskThread> notifier_;
