@@ -182,6 +182,7 @@ class Agent {
             asio::post(io_, [this, s = std::move(s)] { onStoreLost(s); });
           }));
       keepers_ = std::move(link.keepers);
+      workersStore_ = std::move(link.workersStore);
       etcd_ = std::move(link.etcd);
       jobStore_ = link.reportStores;
       job_ = std::make_unique<detail::JobCoordinator>(io_, std::move(link.member),
@@ -365,8 +366,11 @@ class Agent {
   }
 
   void join() {
-    if (etcd_) {  // this node's store may be the next round's workers': none of the last's keys
-      if (auto s = detail::clearWorkerStore(store_->port(), config_.storeToken); !s.isOk()) {
+    // This node's workers' store (etcd, or a shared `dtrun store`) may be the next round's
+    // workers': none of the last round's keys.
+    const rdzv::StoreServer* workers = etcd_ ? store_.get() : workersStore_.get();
+    if (workers != nullptr) {
+      if (auto s = detail::clearWorkerStore(workers->port(), config_.storeToken); !s.isOk()) {
         log::agent().warn("emptying this node's workers' store: {}", s.message());
       }
     }
@@ -409,7 +413,8 @@ class Agent {
     detail::NetcheckPlace place;
     place.nodeRank = a.nodeRank;
     place.nodeCount = a.nodeCount;
-    place.masterAddr = a.masterPort != 0 ? a.masterAddr : config_.masterAddr;  // etcd: node 0's
+    // etcd, or a shared `dtrun store`: node 0's workers' store
+    place.masterAddr = a.masterPort != 0 ? a.masterAddr : config_.masterAddr;
     place.masterPort = a.masterPort != 0 ? static_cast<std::uint16_t>(a.masterPort) : storePort();
     place.storeToken = config_.storeToken;
     place.storePrefix = "/dtrun/" + config_.runId + "/netcheck/round_" + std::to_string(a.round);
@@ -660,7 +665,7 @@ class Agent {
     placement.groupWorldSize = assignment_ ? assignment_->nodeCount : 1;
     placement.restartCount = restartCount_;
     placement.masterPort = storePort();
-    if (assignment_ && assignment_->masterPort != 0) {  // etcd: node 0's workers' store
+    if (assignment_ && assignment_->masterPort != 0) {  // etcd or a shared store: node 0's
       placement.masterAddr = assignment_->masterAddr;
       placement.masterPort = static_cast<std::uint16_t>(assignment_->masterPort);
     }
@@ -937,6 +942,9 @@ class Agent {
   const std::vector<std::string> inheritedEnv_;
   const std::string host_;
   std::unique_ptr<rdzv::StoreServer> store_;  // outlives every worker group (and the keepers)
+  // c10d, not the store's host: this node's workers' store (used in a round without the store's
+  // host, e.g. on a shared `dtrun store`: node 0's serves the workers)
+  std::unique_ptr<rdzv::StoreServer> workersStore_;
   rdzv::StoreFactory jobStore_;  // multi-node: the job's store, with a short timeout (reports)
   std::unique_ptr<rdzv::KeeperService> keepers_;
   std::unique_ptr<rdzv::EtcdPresence> etcd_;     // --rdzv_backend=etcd: lease, keeper candidacy

@@ -96,6 +96,22 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
   return link;
 }
 
+// An agent that does not host the job's store serves its workers one of its own (on a free
+// port): that store may be a `dtrun store` shared by other jobs, whose workers' keys (torch's
+// /worker/attempt_N/...) carry no run id. The keeper gives a round without the store's host
+// node 0's workers' store, as torchrun gives its workers the rank-0 agent's second store.
+Result<std::unique_ptr<rdzv::StoreServer>> startWorkersStore(const AgentConfig& config) {
+  rdzv::ServerOptions options;
+  options.host = config.storeListenHost;
+  options.token = config.storeToken;
+  auto store = rdzv::StoreServer::start(options);
+  if (!store.isOk()) {
+    return Status::connection("cannot start this node's workers' store: " +
+                              store.status().message());
+  }
+  return std::move(store).value();
+}
+
 }  // namespace
 
 Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& multi,
@@ -127,6 +143,11 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   link.stores = rdzv::storeFactory(client);
   client.timeout = std::min(client.timeout, kReportTimeout);
   link.reportStores = rdzv::storeFactory(client);
+  if (store == nullptr) {  // the job's store may be a shared one: see startWorkersStore
+    DTRUN_ASSIGN_OR_RETURN(link.workersStore, startWorkersStore(config));
+    self.host = multi.localAddr.empty() ? host : multi.localAddr;
+    self.workerStorePort = link.workersStore->port();
+  }
   auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
                                            std::move(self), true);
   if (!member.isOk()) {

@@ -182,6 +182,9 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
                                  : endpointHost;
     multi.hostsStore = host.isThisHost(bare);
     multi.hostGuessed = true;
+    if (const auto localAddr = options.find("local_addr")) {
+      multi.localAddr = std::string(trim(localAddr->text));
+    }
     config.masterAddr = bare;  // every node reaches the store (and workers) there
   }
   for (const auto& [key, value] : plan.rdzvConf) {

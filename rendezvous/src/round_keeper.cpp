@@ -257,7 +257,11 @@ class Keeper {
       a.worldSize += records[i].nproc;
       hosts += (hosts.empty() ? "" : ", ") + records[i].host;
     }
-    if (!order.empty() && records[order.front()].workerStorePort != 0) {
+    // A round that holds the store's host uses that store, the job's own; without one (etcd, a
+    // shared `dtrun store`) the workers get node 0's workers' store, which no other job shares.
+    const bool storeHostInRound = std::any_of(order.begin(), order.end(),
+                                              [&](std::size_t i) { return records[i].storeHost; });
+    if (!order.empty() && !storeHostInRound && records[order.front()].workerStorePort != 0) {
       a.masterAddr = records[order.front()].host;
       a.masterPort = records[order.front()].workerStorePort;
     }

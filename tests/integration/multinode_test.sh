@@ -4,7 +4,8 @@
 # Scenarios: static 2 nodes and c10d 3 and 4 nodes with different nproc (every worker's
 # environment checked); a failure on node 2 restarts every node, and the restart budget is the
 # job's; kill -9 of an agent (survivors re-rendezvous, or stop when below min); kill -9 of the
-# store host; a late node grows an elastic job; a spare fills the hole a dead node left.
+# store host; a late node grows an elastic job; a spare fills the hole a dead node left; jobs on
+# a shared `dtrun store` (two at once, with torch gloo ranks) get workers' stores of their own.
 # Loopback only; every agent runs under timeout(1) and is stopped by its PID; one mktemp
 # directory, removed on exit. Failures are collected; exit 1 if any.
 set -euo pipefail
@@ -109,15 +110,37 @@ store_pid=$!
 pids+=("$store_pid")
 for _ in $(seq 100); do [[ -s $work/store.port ]] && break; sleep 0.05; done
 port=$(cat "$work/store.port" 2>/dev/null || echo 1)
+shared=(--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.2:"$port" --rdzv_conf="$FAST,is_host=0")
 for i in 0 1; do
-  start "ds_$i" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.2:"$port" --rdzv_id=ds \
-    --rdzv_conf="$FAST,is_host=0" --nproc_per_node=1 --no_python "$WORKER" env
+  start "ds_$i" "${shared[@]}" --rdzv_id=ds --local_addr=127.0.0.$((i + 3)) --nproc_per_node=1 \
+    --no_python "$WORKER" env
 done
 ok=0
 for i in 0 1; do expect_rc "ds_$i" 0 || ok=1; done
 mapfile -t files < <(logs_of ds_0 attempt_0; logs_of ds_1 attempt_0)
-[[ $ok -ne 0 ]] || ! check_world "dtrun store host" 2 2 "${files[@]}" ||
-  pass "c10d job hosted by \`dtrun store\` ok"
+# The store may serve other jobs: the workers' store is node 0's agent's, at its --local_addr.
+masters=$(env_lines "${files[@]}" | sed -E 's/.* (MASTER_ADDR=[^ ]* MASTER_PORT=[^ ]*).*/\1/' | sort -u)
+if [[ $ok -eq 0 ]] && check_world "dtrun store host" 2 2 "${files[@]}"; then
+  if [[ $masters =~ ^MASTER_ADDR=127\.0\.0\.[34]\ MASTER_PORT=([0-9]+)$ && ${BASH_REMATCH[1]} != "$port" ]]; then
+    pass "c10d job hosted by \`dtrun store\` ok; its workers' store is node 0's ($masters)"
+  else
+    note_fail "dtrun store host: workers should share node 0's store, not the store at $port: '$masters'"
+  fi
+fi
+
+# Two jobs on the one `dtrun store` at the same time, unmodified torch gloo ranks in both (worlds
+# of 3 and 2): each job's workers bootstrap through their own store, so neither reads the
+# other's keys (torch's /worker/attempt_0/... carry no run id).
+for job in sa sb; do
+  for i in 0 1; do
+    nproc=$([[ $job == sa && $i -eq 0 ]] && echo 2 || echo 1)
+    start "${job}_$i" "${shared[@]}" --rdzv_id="$job" --local_addr=127.0.0.$((i + 3)) \
+      --nproc_per_node="$nproc" "$PYTHON" "$HERE/torch_gloo_rank.py"
+  done
+done
+ok=0
+for name in sa_0 sa_1 sb_0 sb_1; do expect_rc "$name" 0 || ok=1; done
+[[ $ok -ne 0 ]] || pass "two jobs at once on one \`dtrun store\`: both torch jobs bootstrap and all_reduce"
 kill -TERM "$store_pid" 2>/dev/null || true
 wait "$store_pid" 2>/dev/null || true
 

@@ -8,7 +8,8 @@
 #   nccl      TORCH_NCCL_ASYNC_ERROR_HANDLING and NCCL_ASYNC_ERROR_HANDLING: both 1, or the user's
 #             value of either for both
 #   remote    c10d, one node, the endpoint served by `dtrun store` elsewhere (127.0.0.2, is_host=0):
-#             workers' MASTER_ADDR:MASTER_PORT is that store, and they reach it
+#             workers' MASTER_ADDR:MASTER_PORT is the agent's own store at --local_addr (as
+#             torchrun's second store), not that shared one, and they reach it
 #   entry     entrypoints that cannot run: one line, exit 127, no banner, nothing made in TMPDIR
 #   bash tests/integration/torchrun_surface_test.sh /abs/path/to/dtrun
 set -euo pipefail
@@ -161,15 +162,19 @@ exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT" && echo "rank=$RANK reached the sto
 EOF
 chmod +x "$work/reach.sh"
 run remote -- --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint="127.0.0.2:$port" \
-  --rdzv_conf=is_host=0 --rdzv_id=remote --log_dir="$work/logs" --no_python "$work/reach.sh"
+  --rdzv_conf=is_host=0 --rdzv_id=remote --local_addr=127.0.0.3 --log_dir="$work/logs" \
+  --no_python "$work/reach.sh"
 expect_eq "remote: exit code" 0 "$rc"
+# As torchrun's rank-0 agent serves its workers a second store: the endpoint's store may serve
+# other jobs too, and the workers' keys carry no run id.
+masters=$(sed -n 's/^rank=[01] master=//p' "$work/remote.out" | sort -u)
+[[ $masters =~ ^127\.0\.0\.3:([0-9]+)$ && ${BASH_REMATCH[1]} != "$port" ]] ||
+  note_fail "remote: the ranks' MASTER_ADDR:MASTER_PORT should be the agent's own store at --local_addr 127.0.0.3, not the endpoint's ($port): '$masters'"
 for r in 0 1; do
-  grep -qxF "rank=$r master=127.0.0.2:$port" "$work/remote.out" ||
-    note_fail "remote: rank $r's MASTER_ADDR:MASTER_PORT is not the store's 127.0.0.2:$port"
   grep -qxF "rank=$r reached the store" "$work/remote.out" || note_fail "remote: rank $r did not reach the store"
 done
 running "$store_pid" || note_fail "remote: dtrun store is gone"
-pass "remote: workers use the endpoint's store"
+pass "remote: workers use the agent's own store ($masters), not the endpoint's"
 
 # ---- entry ----
 mkdir -p "$work/tmp2" "$work/entry/a_dir"

@@ -40,7 +40,8 @@ std::unique_ptr<testing::KeeperThread> keeperOn(std::uint16_t port, KeeperOption
 
 std::unique_ptr<RoundMember> memberOf(std::uint16_t port, const std::string& job,
                                       const RoundSettings& settings, const std::string& host,
-                                      int workerStorePort = 0) {
+                                      int workerStorePort = 0, bool storeHost = false,
+                                      int nodeRankHint = -1) {
   ClientOptions options;
   options.port = port;
   options.timeout = std::chrono::seconds(5);
@@ -48,6 +49,8 @@ std::unique_ptr<RoundMember> memberOf(std::uint16_t port, const std::string& job
   self.agentId = host + ":1";
   self.host = host;
   self.workerStorePort = workerStorePort;
+  self.storeHost = storeHost;
+  self.nodeRankHint = nodeRankHint;
   auto m = RoundMember::connect(storeFactory(options), job, settings, self, false);
   REQUIRE(m.isOk());
   return std::move(m).value();
@@ -68,7 +71,7 @@ JoinOutcome joined(std::future<Result<JoinOutcome>>& f) {
   return r.value();
 }
 
-KeeperOptions aliveOnly(std::vector<std::string> ids) {
+KeeperOptions aliveOnly(const std::vector<std::string>& ids) {
   KeeperOptions o;
   o.aliveAgents = [ids]() -> Result<std::vector<std::string>> { return ids; };
   return o;
@@ -162,6 +165,27 @@ TEST_CASE("a keeper lost while its round gathered: the nodes that joined join th
     REQUIRE_FALSE(o->closed);
     CHECK(o->assignment.round == 1);
     CHECK(o->assignment.nodeCount == 3);
+  }
+}
+
+TEST_CASE("a round that holds the store's host gives its workers the job's store",
+          "[round][takeover]") {
+  // c10d on an agent's store: the other node serves a workers' store too (it cannot know the
+  // job's store is no shared `dtrun store`), and is node 0 by its --node_rank, but the host's
+  // store is the job's own.
+  auto server = testing::startServer();
+  const auto s = settingsFor(2, 2);
+  auto a = memberOf(server->port(), "job", s, "a", 0, true);
+  auto b = memberOf(server->port(), "job", s, "b", 4200, false, 0);
+  const auto keeper = keeperOn(server->port());
+  auto fa = joinLater(*a);
+  auto fb = joinLater(*b);
+  const auto oa = joined(fa);
+  const auto ob = joined(fb);
+  CHECK(ob.assignment.nodeRank == 0);
+  for (const auto* o : {&oa, &ob}) {
+    CHECK(o->assignment.masterPort == 0);
+    CHECK(o->assignment.masterAddr.empty());
   }
 }
 

@@ -58,6 +58,9 @@ struct MultiNodeConfig {
   // c10d guessed is_host from the endpoint naming this host: when the port is taken, another
   // agent (or `dtrun store`) on this host serves it and this agent is a client.
   bool hostGuessed = false;
+  // c10d: --local_addr, where other nodes' workers reach this node's workers' store (in a round
+  // without the store's host, e.g. on a shared `dtrun store`); "" = this host's name.
+  std::string localAddr;
   std::chrono::milliseconds joinTimeout{600000};
   std::chrono::milliseconds lastCallTimeout{30000};
   std::chrono::milliseconds closeTimeout{30000};

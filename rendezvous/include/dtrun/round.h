@@ -50,8 +50,9 @@ struct NodeRecord {
   int nodeRankHint = -1;    // explicit --node_rank; -1 none
   int schedulerOrder = -1;  // the batch scheduler's node order (SLURM_NODEID...); -1 none
   bool storeHost = false;   // this agent hosts the store: node 0 unless a hint says otherwise
-  // The port of the workers' store this agent serves (0 = none: the workers use the job's
-  // store). With etcd every agent serves one and the round's node 0's is the workers'.
+  // The port of the workers' store this agent serves (0 = none). Every agent but the store's
+  // host serves one; in a round without the store's host (etcd, a shared `dtrun store`) node
+  // 0's is the workers'.
   int workerStorePort = 0;
 };
 
