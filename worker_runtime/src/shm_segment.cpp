@@ -17,8 +17,8 @@
 namespace dtrun::runtime::detail::shm {
 namespace {
 
-constexpr std::size_t kMinSlotBytes = std::size_t{64} << 10U;
-constexpr std::size_t kMaxSlotBytes = std::size_t{1} << 30U;
+constexpr std::size_t kMinBytes = std::size_t{64} << 10U;
+constexpr std::size_t kMaxBytes = std::size_t{1} << 30U;
 
 std::string errnoText(int err) { return std::system_category().message(err); }
 
@@ -80,17 +80,16 @@ std::unique_ptr<Segment> Segment::open(const std::string& path, std::size_t byte
 
 Segment::~Segment() { ::munmap(base_, bytes_); }
 
-std::size_t slotBytes(std::size_t fallback) {
+std::size_t bytesFromEnv(const char* name, std::size_t fallback) {
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
-  const char* text = std::getenv("DTRUN_SHM_SLOT_BYTES");
+  const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') {
     return fallback;
   }
   char* end = nullptr;
   const unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == nullptr || *end != '\0' || v < kMinSlotBytes || v > kMaxSlotBytes ||
-      !std::has_single_bit(v)) {
-    throw ConfigError("DTRUN_SHM_SLOT_BYTES='" + std::string(text) +
+  if (end == nullptr || *end != '\0' || v < kMinBytes || v > kMaxBytes || !std::has_single_bit(v)) {
+    throw ConfigError(std::string(name) + "='" + text +
                       "': expected a power of two from 65536 to 1073741824");
   }
   return static_cast<std::size_t>(v);

@@ -40,8 +40,13 @@ class Segment {
   std::size_t bytes_;
 };
 
-// The bytes of one rank's slot: DTRUN_SHM_SLOT_BYTES if set (a power of two from 64 KiB to
-// 1 GiB; ConfigError otherwise), else `fallback`.
-std::size_t slotBytes(std::size_t fallback);
+// A shared-memory size from environment variable `name`: a power of two from 64 KiB to 1 GiB
+// (ConfigError naming the variable otherwise), or `fallback` when it is unset or empty.
+std::size_t bytesFromEnv(const char* name, std::size_t fallback);
+
+// The bytes of one rank's slot: DTRUN_SHM_SLOT_BYTES if set, else `fallback`.
+inline std::size_t slotBytes(std::size_t fallback) {
+  return bytesFromEnv("DTRUN_SHM_SLOT_BYTES", fallback);
+}
 
 }  // namespace dtrun::runtime::detail::shm

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -32,8 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBigRingBytes = std::size_t{4} << 20U;
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20U;
 constexpr int kBigRingRanks = 4;
-constexpr std::size_t kMinRingBytes = std::size_t{64} << 10U;
-constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30U;
 constexpr std::uint32_t kMaxPathBytes = 4096;
 
 // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
@@ -104,18 +101,8 @@ bool forcedTcp() {
 }
 
 std::size_t ringBytes(int localRanks) {
-  const char* text = env("DTRUN_SHM_RING_BYTES");
-  if (text == nullptr || *text == '\0') {
-    return localRanks <= kBigRingRanks ? kBigRingBytes : kDefaultRingBytes;
-  }
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == nullptr || *end != '\0' || v < kMinRingBytes || v > kMaxRingBytes ||
-      !std::has_single_bit(v)) {
-    throw ConfigError("DTRUN_SHM_RING_BYTES='" + std::string(text) +
-                      "': expected a power of two from 65536 to 1073741824");
-  }
-  return static_cast<std::size_t>(v);
+  return bytesFromEnv("DTRUN_SHM_RING_BYTES",
+                      localRanks <= kBigRingRanks ? kBigRingBytes : kDefaultRingBytes);
 }
 
 std::uint64_t fnv1a(const std::string& text) {
