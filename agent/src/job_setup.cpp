@@ -1,28 +1,72 @@
 #include "job_setup.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include <unistd.h>
 
 #include "log.h"
+#include "tcp_probe.h"
 
 namespace dtrun::agent::detail {
+
+namespace {
+
+// How long an agent whose c10d port is held, with nothing accepting there, keeps trying to serve
+// the store: long enough for a passing connection to let go (its own port may be the one).
+constexpr std::chrono::milliseconds kHeldPortWait{30000};
+constexpr std::chrono::milliseconds kProbeWait{1000};
+
+}  // namespace
 
 Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& config) {
   rdzv::ServerOptions options;
   options.host = config.storeListenHost;
   options.port = config.storePort;
   options.token = config.storeToken;
-  auto store = rdzv::StoreServer::start(options);
-  if (store.isOk()) {
-    return std::move(store).value();
+  const bool mayJoin = config.multiNode && config.multiNode->hostGuessed;
+  const auto heldUntil =
+      std::chrono::steady_clock::now() +
+      (mayJoin ? std::min(kHeldPortWait, config.multiNode->joinTimeout) : kHeldPortWait);
+  bool toldHeld = false;
+  while (true) {
+    auto store = rdzv::StoreServer::start(options);
+    if (store.isOk()) {
+      return std::move(store).value();
+    }
+    if (!mayJoin) {
+      return Status::connection("cannot start the store: " + store.status().message() +
+                                (config.storePort != 0
+                                     ? " (choose another --master_port, or omit it for a free port)"
+                                     : ""));
+    }
+    // Taken: another agent or `dtrun store` on this host serves the port, unless nothing accepts
+    // there. Then a connection holds it as its own port (the kernel picks those from the range
+    // free ports come from), and no agent could join: keep trying to serve it until it is let go.
+    if (acceptsConnection(config.masterAddr, config.storePort, kProbeWait).isOk()) {
+      log::agent().info("port {} is taken on this host: joining the store there as a client",
+                        config.storePort);
+      return std::unique_ptr<rdzv::StoreServer>();
+    }
+    if (std::chrono::steady_clock::now() >= heldUntil) {
+      return Status::connection(
+          "cannot serve the store on port " + std::to_string(config.storePort) +
+          " of this host: it is taken, yet nothing accepts connections there (" +
+          store.status().message() + "); choose another port in --rdzv_endpoint, or free this one");
+    }
+    if (!toldHeld) {
+      log::agent().info(
+          "port {} is held on this host but nothing accepts connections there: trying again "
+          "to serve the store for up to {} s",
+          config.storePort,
+          std::chrono::duration_cast<std::chrono::seconds>(heldUntil -
+                                                           std::chrono::steady_clock::now())
+              .count());
+      toldHeld = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (config.multiNode && config.multiNode->hostGuessed) {
-    log::agent().info("port {} is taken on this host: joining the store there as a client",
-                      config.storePort);
-    return std::unique_ptr<rdzv::StoreServer>();
-  }
-  return Status::connection(
-      "cannot start the store: " + store.status().message() +
-      (config.storePort != 0 ? " (choose another --master_port, or omit it for a free port)" : ""));
 }
 
 namespace {

@@ -2,10 +2,11 @@
 # Several dtrun agents on loopback acting as one job (each agent is a "node"):
 #   bash tests/integration/multinode_test.sh /abs/path/to/build/launcher/dtrun
 # Scenarios: static 2 nodes and c10d 3 and 4 nodes with different nproc (every worker's
-# environment checked); a failure on node 2 restarts every node, and the restart budget is the
-# job's; kill -9 of an agent (survivors re-rendezvous, or stop when below min); kill -9 of the
-# store host; a late node grows an elastic job; a spare fills the hole a dead node left; jobs on
-# a shared `dtrun store` (two at once, with torch gloo ranks) get workers' stores of their own.
+# environment checked); a c10d port held by a connection, not a store; a failure on node 2
+# restarts every node, and the restart budget is the job's; kill -9 of an agent (survivors
+# re-rendezvous, or stop when below min); kill -9 of the store host; a late node grows an elastic
+# job; a spare fills the hole a dead node left; jobs on a shared `dtrun store` (two at once, with
+# torch gloo ranks) get workers' stores of their own.
 # Loopback only; every agent runs under timeout(1) and is stopped by its PID; one mktemp
 # directory, removed on exit. Failures are collected; exit 1 if any.
 set -euo pipefail
@@ -101,6 +102,42 @@ for n in 3 4; do
   [[ $ok -ne 0 ]] || ! check_world "c10d $n nodes" "$world" "$n" "${files[@]}" ||
     pass "c10d $n nodes ok (world size $world)"
 done
+
+# ---------------------------------------------------------------------------------------------
+# c10d on a port that a connection holds as its own, with nothing listening (on a busy host the
+# kernel hands out free ports as connections' ports too): the agents keep trying to serve the
+# store until the connection lets go, instead of all joining a store nobody serves.
+port=$(free_port)
+"$PYTHON" - "$port" "$work/held" >"$work/held.out" 2>&1 <<'PY' &
+import socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+held = socket.socket()
+held.bind(("127.0.0.1", int(sys.argv[1])))
+held.connect(server.getsockname())
+print("held", flush=True)
+open(sys.argv[2], "w").write("held\n")
+time.sleep(2)
+held.close()
+server.close()
+PY
+pids+=("$!")
+if wait_for "$work/held" held 10; then
+  for i in 0 1; do
+    start "held_$i" --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" \
+      --rdzv_id=held --rdzv_conf="$FAST" --nproc_per_node=1 --no_python "$WORKER" env
+  done
+  ok=0
+  for i in 0 1; do expect_rc "held_$i" 0 || ok=1; done
+  if [[ $ok -eq 0 ]]; then
+    if grep -q "nothing accepts connections there" "$work/held_0.out" "$work/held_1.out"; then
+      pass "c10d port held by a connection: the agents waited for it, then one served the store"
+    else
+      note_fail "held port: no agent said it found the port held with nothing accepting there"
+    fi
+  fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 # c10d hosted by `dtrun store` (is_host=0 everywhere): the store's keeper runs the job. The store

@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -35,23 +37,31 @@ inline bool etcdAvailable() {
   return ::access(kEtcdBinary, X_OK) == 0 && ::access(kEtcdctlBinary, X_OK) == 0;
 }
 
-// A loopback TCP port that was free a moment ago.
+// A loopback TCP port that was free a moment ago, below the kernel's range for connections' own
+// ports: on a busy test machine a port from that range may become some connection's meanwhile.
 inline int freeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&  // NOLINT: the sockets API
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {  // NOLINT
-    port = ntohs(addr.sin_port);
+  int low = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+      !(range >> low) || low < 11000) {
+    low = 32768;
   }
-  ::close(fd);
-  if (port == 0) {
-    throw std::runtime_error("no free loopback port");
+  std::mt19937 pick(std::random_device{}());
+  std::uniform_int_distribution<int> ports(10000, low - 1);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int port = ports(pick);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool bound =
+        ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;  // NOLINT: sockets API
+    ::close(fd);
+    if (bound) {
+      return port;
+    }
   }
-  return port;
+  throw std::runtime_error("no free loopback port below " + std::to_string(low));
 }
 
 // Runs argv[0] with `argv` (stdout and stderr to `log`), waits up to `timeout`; returns the exit

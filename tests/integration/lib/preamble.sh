@@ -10,7 +10,8 @@
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
 #   end_test [<detail>]  the last line: FAIL and exit 1 if note_fail was called, else PASS
-#   free_port        a loopback TCP port free right now (a random one if Python fails)
+#   free_port        a loopback TCP port free right now, below the kernel's range for connections'
+#                    own ports (no connection takes it meanwhile); a random one if Python fails
 #   running <pid>    true while the process runs (a zombie, exited but not reaped, has stopped)
 #   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
 #   work       a fresh directory; pids: background processes the test started
@@ -38,8 +39,23 @@ end_test() {
   echo "$TEST_NAME: PASS${1:+ ($1)}"
 }
 free_port() {
-  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-    2>/dev/null || echo $((20000 + RANDOM % 20000))
+  local low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((low > 11000)) || low=32768
+  "$PYTHON" - "$low" <<'PY' 2>/dev/null || echo $((10000 + RANDOM % (low - 10000)))
+import random, socket, sys
+low = int(sys.argv[1])
+for _ in range(1000):
+    port = random.randrange(10000, low)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    sys.exit(0)
+sys.exit(1)
+PY
 }
 running() {
   kill -0 "$1" 2>/dev/null && [[ -r /proc/$1/stat ]] &&
