@@ -18,6 +18,44 @@ namespace {
 constexpr std::chrono::milliseconds kHeldPortWait{30000};
 constexpr std::chrono::milliseconds kProbeWait{1000};
 
+// c10d guessed this host for the store, and its port is taken: another agent or `dtrun store` on
+// this host serves it (null: join as a client), unless nothing accepts there. Then a connection
+// holds it as its own port (the kernel picks those from the range free ports come from), and no
+// agent could join: keep trying to serve the store until the port is let go.
+Result<std::unique_ptr<rdzv::StoreServer>> serveOrJoinTakenPort(const AgentConfig& config,
+                                                                const rdzv::ServerOptions& options,
+                                                                Status taken) {
+  const auto wait = std::min(kHeldPortWait, config.multiNode->joinTimeout);
+  const auto until = std::chrono::steady_clock::now() + wait;
+  bool told = false;
+  while (true) {
+    if (acceptsConnection(config.masterAddr, config.storePort, kProbeWait).isOk()) {
+      log::agent().info("port {} is taken on this host: joining the store there as a client",
+                        config.storePort);
+      return std::unique_ptr<rdzv::StoreServer>();
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return Status::connection(
+          "cannot serve the store on port " + std::to_string(config.storePort) +
+          " of this host: it is taken, yet nothing accepts connections there (" + taken.message() +
+          "); choose another port in --rdzv_endpoint, or free this one");
+    }
+    if (!told) {
+      log::agent().info(
+          "port {} is held on this host but nothing accepts connections there: trying again "
+          "to serve the store for up to {} s",
+          config.storePort, std::chrono::duration_cast<std::chrono::seconds>(wait).count());
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto store = rdzv::StoreServer::start(options);
+    if (store.isOk()) {
+      return std::move(store).value();
+    }
+    taken = store.status();
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& config) {
@@ -25,48 +63,16 @@ Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& co
   options.host = config.storeListenHost;
   options.port = config.storePort;
   options.token = config.storeToken;
-  const bool mayJoin = config.multiNode && config.multiNode->hostGuessed;
-  const auto heldUntil =
-      std::chrono::steady_clock::now() +
-      (mayJoin ? std::min(kHeldPortWait, config.multiNode->joinTimeout) : kHeldPortWait);
-  bool toldHeld = false;
-  while (true) {
-    auto store = rdzv::StoreServer::start(options);
-    if (store.isOk()) {
-      return std::move(store).value();
-    }
-    if (!mayJoin) {
-      return Status::connection("cannot start the store: " + store.status().message() +
-                                (config.storePort != 0
-                                     ? " (choose another --master_port, or omit it for a free port)"
-                                     : ""));
-    }
-    // Taken: another agent or `dtrun store` on this host serves the port, unless nothing accepts
-    // there. Then a connection holds it as its own port (the kernel picks those from the range
-    // free ports come from), and no agent could join: keep trying to serve it until it is let go.
-    if (acceptsConnection(config.masterAddr, config.storePort, kProbeWait).isOk()) {
-      log::agent().info("port {} is taken on this host: joining the store there as a client",
-                        config.storePort);
-      return std::unique_ptr<rdzv::StoreServer>();
-    }
-    if (std::chrono::steady_clock::now() >= heldUntil) {
-      return Status::connection(
-          "cannot serve the store on port " + std::to_string(config.storePort) +
-          " of this host: it is taken, yet nothing accepts connections there (" +
-          store.status().message() + "); choose another port in --rdzv_endpoint, or free this one");
-    }
-    if (!toldHeld) {
-      log::agent().info(
-          "port {} is held on this host but nothing accepts connections there: trying again "
-          "to serve the store for up to {} s",
-          config.storePort,
-          std::chrono::duration_cast<std::chrono::seconds>(heldUntil -
-                                                           std::chrono::steady_clock::now())
-              .count());
-      toldHeld = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto store = rdzv::StoreServer::start(options);
+  if (store.isOk()) {
+    return std::move(store).value();
   }
+  if (config.multiNode && config.multiNode->hostGuessed) {
+    return serveOrJoinTakenPort(config, options, store.status());
+  }
+  return Status::connection(
+      "cannot start the store: " + store.status().message() +
+      (config.storePort != 0 ? " (choose another --master_port, or omit it for a free port)" : ""));
 }
 
 namespace {

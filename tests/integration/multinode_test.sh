@@ -108,7 +108,7 @@ done
 # kernel hands out free ports as connections' ports too): the agents keep trying to serve the
 # store until the connection lets go, instead of all joining a store nobody serves.
 port=$(free_port)
-"$PYTHON" - "$port" "$work/held" >"$work/held.out" 2>&1 <<'PY' &
+"$PYTHON" - "$port" "$work/held" <<'PY' &
 import socket, sys, time
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
@@ -116,7 +116,6 @@ server.listen(1)
 held = socket.socket()
 held.bind(("127.0.0.1", int(sys.argv[1])))
 held.connect(server.getsockname())
-print("held", flush=True)
 open(sys.argv[2], "w").write("held\n")
 time.sleep(2)
 held.close()
