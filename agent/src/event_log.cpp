@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "fd_io.h"
 
 namespace dtrun::agent::detail {
@@ -57,7 +59,7 @@ void EventLog::write(const std::string& event, Clock::time_point at, const std::
   head["seq"] = seq_++;
   head["run_id"] = runId_;
   head["host"] = host_;
-  std::string line = head.dump();
+  std::string line = jsonText(head);
   if (body.size() > 2) {  // splice the event's members in after the common ones
     line.pop_back();
     line += ',';
@@ -69,35 +71,32 @@ void EventLog::write(const std::string& event, Clock::time_point at, const std::
 
 void EventLog::agentStarted(const JobRecord& job) {
   write("agent_started", job.agentStart,
-        json{{"entrypoint", job.entrypoint},
+        jsonText(json{{"entrypoint", job.entrypoint},
              {"nproc_per_node", job.nprocPerNode},
              {"min_nodes", job.minNodes},
              {"max_nodes", job.maxNodes},
-             {"max_restarts", job.maxRestarts}}
-            .dump());
+             {"max_restarts", job.maxRestarts}}));
 }
 
 void EventLog::attemptBegun(const AttemptRecord& a, const AttemptRecord* previous) {
   if (previous != nullptr && a.attempt > previous->attempt) {
     write("restart", a.started,
-          json{{"restart", a.attempt},
+          jsonText(json{{"restart", a.attempt},
                {"after_attempt", previous->attempt},
-               {"after_cause", previous->cause}}
-              .dump());
+               {"after_cause", previous->cause}}));
   }
   if (!a.round) {
     return;
   }
   if (a.rendezvousJoined) {
-    write("round_opened", *a.rendezvousJoined, json{{"round", *a.round}}.dump());
+    write("round_opened", *a.rendezvousJoined, jsonText(json{{"round", *a.round}}));
   }
   write("round_closed", a.roundClosed.value_or(a.started),
-        json{{"round", *a.round},
+        jsonText(json{{"round", *a.round},
              {"node_rank", a.nodeRank},
              {"node_count", a.nodeCount},
              {"world_size", a.worldSize},
-             {"ranks", ranksOf(a)}}
-            .dump());
+             {"ranks", ranksOf(a)}}));
 }
 
 void EventLog::attemptStarted(const AttemptRecord& a) {
@@ -106,30 +105,28 @@ void EventLog::attemptStarted(const AttemptRecord& a) {
     pids.push_back(r.pid);
   }
   write("attempt_started", a.spawned.value_or(a.started),
-        json{{"attempt", a.attempt},
+        jsonText(json{{"attempt", a.attempt},
              {"round", a.round ? json(*a.round) : json(nullptr)},
              {"world_size", a.worldSize},
              {"ranks", ranksOf(a)},
-             {"pids", pids}}
-            .dump());
+             {"pids", pids}}));
 }
 
 void EventLog::workerExited(const AttemptRecord& a, const RankRecord& r) {
   json body{{"attempt", a.attempt}, {"rank", r.rank}, {"local_rank", r.localRank}, {"pid", r.pid}};
   body.update(exitJson(r.exit));
-  write("worker_exited", Clock::now(), body.dump());
+  write("worker_exited", Clock::now(), jsonText(body));
 }
 
 void EventLog::attemptEnded(const AttemptRecord& a) {
   const auto ended = a.ended.value_or(Clock::now());
   write("attempt_ended", ended,
-        json{{"attempt", a.attempt},
+        jsonText(json{{"attempt", a.attempt},
              {"round", a.round ? json(*a.round) : json(nullptr)},
              {"cause", a.cause},
              {"message", a.message},
              {"duration_s",
-              std::round(std::chrono::duration<double>(ended - a.started).count() * 1000) / 1000}}
-            .dump());
+              std::round(std::chrono::duration<double>(ended - a.started).count() * 1000) / 1000}}));
 }
 
 void EventLog::hang(const AttemptRecord& a, const HangRecord& h) {
@@ -140,23 +137,21 @@ void EventLog::hang(const AttemptRecord& a, const HangRecord& h) {
     }
   }
   write("hang", h.detectedAt,
-        json{{"attempt", a.attempt},
+        jsonText(json{{"attempt", a.attempt},
              {"reason", h.reason},
              {"summary", h.summary},
-             {"suspects", suspects}}
-            .dump());
+             {"suspects", suspects}}));
 }
 
 void EventLog::signal(int sig, bool stops) {
   write("signal", Clock::now(),
-        json{{"signal", signalName(sig)}, {"action", stops ? "stop" : "forward"}}.dump());
+        jsonText(json{{"signal", signalName(sig)}, {"action", stops ? "stop" : "forward"}}));
 }
 
 void EventLog::jobEnded(const JobRecord& job) {
   write(
       "job_ended", job.ended.value_or(Clock::now()),
-      json{{"outcome", job.outcome}, {"exit_code", job.exitCode}, {"attempts", job.attempts.size()}}
-          .dump());
+      jsonText(json{{"outcome", job.outcome}, {"exit_code", job.exitCode}, {"attempts", job.attempts.size()}}));
 }
 
 void EventLog::other(const std::string& event, const std::string& fieldsJson) {

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -53,7 +55,7 @@ std::string describeFailure(const WorkerFailure& f, const std::string& host) {
 }  // namespace
 
 std::string encodeFailure(const WorkerFailure& f) {
-  return nlohmann::json{
+  return jsonText(nlohmann::json{
       {"rank", f.rank},
       {"local_rank", f.localRank},
       {"pid", f.pid},
@@ -64,8 +66,7 @@ std::string encodeFailure(const WorkerFailure& f) {
       {"error_file", f.errorFile},
       {"message", f.message},
       {"host", f.host},
-      {"node_rank", f.nodeRank}}
-      .dump();
+      {"node_rank", f.nodeRank}});
 }
 
 std::optional<WorkerFailure> decodeFailure(const std::string& text) {

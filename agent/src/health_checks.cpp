@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "dtrun/rendezvous.h"
 
 #include "log.h"
@@ -430,7 +432,7 @@ std::string withHealthChecks(const std::string& reportJson,
     addNetworkFields(entry, r);
     list.push_back(std::move(entry));
   }
-  return doc.dump(2) + "\n";
+  return jsonText(doc, 2) + "\n";
 }
 
 std::string checkEventFields(const CheckResult& result, int attempt, int round) {
@@ -447,7 +449,7 @@ std::string checkEventFields(const CheckResult& result, int attempt, int round) 
     fields["round"] = round;
   }
   addNetworkFields(fields, result);
-  const std::string text = fields.dump();
+  const std::string text = jsonText(fields);
   return text.substr(1, text.size() - 2);  // the members, without the braces
 }
 

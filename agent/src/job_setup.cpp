@@ -72,7 +72,9 @@ Result<std::unique_ptr<rdzv::StoreServer>> startAgentStore(const AgentConfig& co
   }
   return Status::connection(
       "cannot start the store: " + store.status().message() +
-      (config.storePort != 0 ? " (choose another --master_port, or omit it for a free port)" : ""));
+      (config.storePort != 0
+           ? " (choose another port in " + config.storePortOption + ", or omit it for a free port)"
+           : ""));
 }
 
 namespace {

@@ -16,6 +16,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "child_process.h"
 
 namespace dtrun::agent::detail {
@@ -252,7 +254,7 @@ std::string networkJson(const NetMeasurement& m, const NetVerdict& verdict,
                      {"gbps_ba", p.gbpsBa},
                      {"slow", !slowness(p, floors).empty()}});
   }
-  return doc.dump();
+  return jsonText(doc);
 }
 
 std::vector<std::string> netcheckEnvironment(const std::vector<std::string>& inherited,

@@ -3,6 +3,8 @@
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace dtrun::agent::detail {
 
 namespace {
@@ -24,7 +26,7 @@ std::string encodeProgress(const std::vector<RankProgress>& ranks, std::int64_t 
                    {"in_op_ms", s.opStartNs == 0 ? -1 : (nowNs - s.opStartNs) / kNsPerMs},
                    {"idle_ms", (nowNs - s.changedNs) / kNsPerMs}});
   }
-  return out.dump();
+  return jsonText(out);
 }
 
 std::vector<RankProgress> decodeProgress(const std::string& text, std::int64_t nowNs) {

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "log.h"
 #include "run_report.h"
 
@@ -29,7 +31,7 @@ std::string rootCauseErrorJson(const WorkerFailure& root, const std::string& hos
       if (copied["message"].is_object() && torchExitCode(root.status) != 0) {
         copied["message"]["errorCode"] = torchExitCode(root.status);
       }
-      return copied.dump();
+      return jsonText(copied);
     }
   }
   const std::string where = root.host.empty() ? host : root.host;
@@ -39,13 +41,12 @@ std::string rootCauseErrorJson(const WorkerFailure& root, const std::string& hos
                               (root.pid > 0 ? " (pid " + std::to_string(root.pid) + ")" : "");
   const auto seconds =
       std::chrono::duration_cast<std::chrono::seconds>(root.time.time_since_epoch()).count();
-  return nlohmann::json{{"message",
+  return jsonText(nlohmann::json{{"message",
                          {{"message", summary},
                           {"extraInfo",
                            {{"py_callstack", root.message.empty() ? summary : root.message},
                             {"timestamp", std::to_string(seconds)}}},
-                          {"errorCode", torchExitCode(root.status)}}}}
-      .dump();
+                          {"errorCode", torchExitCode(root.status)}}}});
 }
 
 std::string signalErrorJson(int pid, int signal) {
@@ -54,11 +55,10 @@ std::string signalErrorJson(int pid, int signal) {
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
-  return nlohmann::json{
+  return jsonText(nlohmann::json{
       {"message",
        {{"message", message},
-        {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(seconds)}}}}}}
-      .dump();
+        {"extraInfo", {{"py_callstack", message}, {"timestamp", std::to_string(seconds)}}}}}});
 }
 
 void writeErrorFile(const std::string& path, const std::string& json) {

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "dtrun/placement.h"
 
 namespace dtrun::agent::detail {
@@ -209,7 +211,7 @@ std::string reportJson(const JobRecord& job) {
     }
     doc["node_reports"] = std::move(nodes);
   }
-  return doc.dump(2) + "\n";
+  return jsonText(doc, 2) + "\n";
 }
 
 std::string formatSummary(const JobRecord& job) {

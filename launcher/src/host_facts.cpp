@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tcp_probe.h"
 #include "text.h"
 #include "value_parsers.h"
 
@@ -267,6 +268,25 @@ HostFacts readHostFacts() {
     if (!S_ISREG(info.st_mode) || ::access(file.c_str(), X_OK) != 0) {
       return "not executable (chmod +x " + file + ", or name its interpreter: dtrun ... python3 " +
              file + ")";
+    }
+    return {};
+  };
+  host.acceptsConnection = [](const std::string& address, int port) {
+    return acceptsConnection(address, static_cast<std::uint16_t>(port), std::chrono::seconds(1))
+        .isOk();
+  };
+  host.whyNotWritable = [](const std::string& file) -> std::string {
+    const std::filesystem::path path(file);
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      return "it is a directory (name a file inside it)";
+    }
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+    if (!std::filesystem::is_directory(dir, ec)) {
+      return "its directory " + dir.string() + " does not exist (create it first)";
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return "its directory " + dir.string() + " is not writable by this user";
     }
     return {};
   };

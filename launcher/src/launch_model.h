@@ -42,6 +42,15 @@ struct HostFacts {
   std::function<std::string(const std::string& path)> whyNotRunnable = [](const std::string&) {
     return std::string();
   };
+  // Why a file dtrun writes at the end (--report, --event_log, TORCHELASTIC_ERROR_FILE) could not
+  // be written at `path`: "" when its directory exists and takes new files. Checked before
+  // anything starts, so a whole job never runs only to lose its report. (Tests assume it can.)
+  std::function<std::string(const std::string& path)> whyNotWritable = [](const std::string&) {
+    return std::string();
+  };
+  // Whether something accepts TCP connections at host:port now (readHostFacts: one connect).
+  std::function<bool(const std::string& host, int port)> acceptsConnection =
+      [](const std::string&, int) { return false; };
   // Whether a script handed to the interpreter exists (tests assume it does).
   std::function<bool(const std::string& path)> fileExists = [](const std::string&) { return true; };
   // Whether `host` (a name or address) is this machine: c10d's is_host guess. readHostFacts:

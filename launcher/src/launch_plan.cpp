@@ -407,11 +407,17 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     if (trim(report->text).empty()) {
       return expected(*report, "a file path for the JSON report");
     }
+    if (const std::string why = host.whyNotWritable(report->text); !why.empty()) {
+      return Status::invalidArgument("--report=" + report->text + " cannot be written: " + why);
+    }
     config.reportFile = report->text;
   }
   if (const auto events = options.find("event_log")) {
     if (trim(events->text).empty()) {
       return expected(*events, "a file path for the JSON-lines event log");
+    }
+    if (const std::string why = host.whyNotWritable(events->text); !why.empty()) {
+      return Status::invalidArgument("--event_log=" + events->text + " cannot be written: " + why);
     }
     config.eventLogFile = events->text;
   }
@@ -425,6 +431,13 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
   // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
   // get their own per-rank files).
   config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");
+  if (!config.errorFile.empty()) {
+    if (const std::string why = host.whyNotWritable(config.errorFile); !why.empty()) {
+      return Status::invalidArgument("TORCHELASTIC_ERROR_FILE=" + config.errorFile +
+                                     " cannot be written: " + why +
+                                     " (set it to a writable path, or unset it)");
+    }
+  }
   const auto hangSetting = options.get("hang_timeout", "0");
   const auto hangSeconds = parseNumber(hangSetting.text);
   if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxShutdownSeconds) {
@@ -637,9 +650,16 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   } else if (plan.rdzvBackend == "c10d" && !standalone && options.find("rdzv_endpoint")) {
     // One node whose c10d endpoint another host serves (or --rdzv_conf is_host=false): as
     // torchrun, it rendezvouses there as a client, and its workers' MASTER_ADDR names the host
-    // that serves the store. Served here, it stays a job with its own store, as before.
+    // that serves the store. Guessed to be this host, yet a store (`dtrun store`, another
+    // agent) already answers there: a client too, as with --nnodes=1:2. Else it stays a job
+    // with its own store.
     const std::string ownAddr = config.masterAddr;
     DTRUN_ASSIGN_OR_RETURN(auto multi, resolveMultiNode(options, host, plan, nodeRank));
+    config.storePortOption = "--rdzv_endpoint";
+    if (multi.hostsStore && multi.hostGuessed && config.storePort != 0 &&
+        host.acceptsConnection(config.masterAddr, config.storePort)) {
+      multi.hostsStore = false;
+    }
     if (multi.hostsStore) {
       config.masterAddr = ownAddr;
     } else {

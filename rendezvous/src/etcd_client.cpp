@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 #include "dtrun/etcd.h"
 
 #include "etcd_http.h"
@@ -298,7 +300,7 @@ class GatewayClient final : public EtcdClient {
                            call("/v3/lease/grant", {{"TTL", std::to_string(ttl.count())}}));
     const auto id = number(reply, "ID");
     if (id == 0) {
-      return Status::protocol("etcd at " + endpoints() + " granted no lease: " + reply.dump());
+      return Status::protocol("etcd at " + endpoints() + " granted no lease: " + jsonText(reply));
     }
     return id;
   }
@@ -434,7 +436,7 @@ class GatewayClient final : public EtcdClient {
   // timed out inside etcd) or cannot be reached is skipped; after a full turn, a short pause.
   Result<json> callOnce(std::string_view path, const json& request, const std::string& auth) {
     const auto deadline = Clock::now() + options_.timeout;
-    const std::string body = request.dump();
+    const std::string body = jsonText(request);
     const std::size_t n = options_.endpoints.size();
     // Why each endpoint did not answer, last time it was tried: the error names them all.
     std::vector<std::string> why(n);
@@ -542,7 +544,7 @@ class GatewayClient final : public EtcdClient {
   Status streamCall(std::string_view path, const json& request, Clock::time_point deadline,
                     const std::atomic<bool>* cancel,
                     const std::function<bool(const json&)>& onMessage) {
-    const std::string body = request.dump();
+    const std::string body = jsonText(request);
     const std::size_t n = options_.endpoints.size();
     const std::size_t first = current_.load();
     std::string tried;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
+
 namespace dtrun::rdzv::detail {
 namespace {
 
@@ -126,7 +128,7 @@ std::optional<KeeperMessage> decodeMessage(const std::string& text) {
 }
 
 std::string encodeSettings(const RoundSettings& s) {
-  return json{{"min", s.minNodes},
+  return jsonText(json{{"min", s.minNodes},
               {"max", s.maxNodes},
               {"max_restarts", s.maxRestarts},
               {"join_ms", s.joinTimeout.count()},
@@ -134,8 +136,7 @@ std::string encodeSettings(const RoundSettings& s) {
               {"close_ms", s.closeTimeout.count()},
               {"keep_alive_ms", s.keepAliveInterval.count()},
               {"keep_alive_max_attempt", s.keepAliveMaxAttempt},
-              {"max_no_progress", s.maxNoProgress}}
-      .dump();
+              {"max_no_progress", s.maxNoProgress}});
 }
 
 std::optional<RoundSettings> decodeSettings(const std::string& text) {
@@ -161,13 +162,13 @@ std::optional<RoundSettings> decodeSettings(const std::string& text) {
   });
 }
 
-std::string encodeRecord(const NodeRecord& record) { return recordJson(record).dump(); }
+std::string encodeRecord(const NodeRecord& record) { return jsonText(recordJson(record)); }
 
 std::optional<NodeRecord> decodeRecord(const std::string& text) {
   return parseWith<NodeRecord>(text, recordFrom);
 }
 
-std::string encodeEnd(const RoundEnd& end) { return endJson(end).dump(); }
+std::string encodeEnd(const RoundEnd& end) { return jsonText(endJson(end)); }
 
 std::optional<RoundEnd> decodeEnd(const std::string& text) {
   return parseWith<RoundEnd>(text, endFrom);
@@ -188,7 +189,7 @@ std::string encodeAssign(const AssignValue& v) {
       j["master_port"] = a.masterPort;
     }
   }
-  return j.dump();
+  return jsonText(j);
 }
 
 std::optional<AssignValue> decodeAssign(const std::string& text) {
@@ -231,7 +232,7 @@ std::string encodeKeeperState(const KeeperState& k) {
   if (k.closedBy) {
     j["closed_by"] = endJson(*k.closedBy);
   }
-  return j.dump();
+  return jsonText(j);
 }
 
 std::optional<KeeperState> decodeKeeperState(const std::string& text) {

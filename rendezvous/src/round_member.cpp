@@ -41,7 +41,14 @@ class StoreRoundMember final : public RoundMember {
 
   // Publishes the settings unless the job has them, and asks for a keeper when this call was
   // the one that published them.
+  // A job that finished on a long-lived store (`dtrun store`) keeps its keys: a rerun under the
+  // same id would wait for a keeper that never comes (torchrun: RendezvousClosedError).
   Status requestKeeper(bool askKeeperService) {
+    DTRUN_ASSIGN_OR_RETURN(auto over, waiter_->tryGet(keys_.finished()));
+    if (over) {
+      return Status::error(Errc::kDenied, "job '" + jobId_ + "' already finished on this store (" +
+                                              over->substr(0, 120) + "): use a new --rdzv_id");
+    }
     const std::string mine = detail::encodeSettings(settings_);
     DTRUN_ASSIGN_OR_RETURN(auto held, waiter_->compareSet(keys_.keeper(), "", mine));
     if (held == mine) {

@@ -6,7 +6,7 @@
 # restarts every node, and the restart budget is the job's; kill -9 of an agent (survivors
 # re-rendezvous, or stop when below min); kill -9 of the store host; a late node grows an elastic
 # job; a spare fills the hole a dead node left; jobs on a shared `dtrun store` (two at once, with
-# torch gloo ranks) get workers' stores of their own.
+# torch gloo ranks) get workers' stores of their own; a rerun of a finished job's id is refused.
 # Loopback only; every agent runs under timeout(1) and is stopped by its PID; one mktemp
 # directory, removed on exit. Failures are collected; exit 1 if any.
 set -euo pipefail
@@ -163,6 +163,29 @@ if [[ $ok -eq 0 ]] && check_world "dtrun store host" 2 2 "${files[@]}"; then
     note_fail "dtrun store host: workers should share node 0's store, not the store at $port: '$masters'"
   fi
 fi
+
+# A rerun under a finished job's id on the long-lived store fails at once, as torchrun's
+# RendezvousClosedError (issue 34, bug 7): it used to wait the whole join timeout, then blame
+# a "lost" store.
+start ds_again "${shared[@]}" --rdzv_id=ds --local_addr=127.0.0.3 --nproc_per_node=1 \
+  --no_python "$WORKER" env
+if expect_rc ds_again 2; then
+  took=$((SECONDS - started_at[ds_again]))
+  if ! grep -q "job 'ds' already finished on this store (.*): use a new --rdzv_id" "$work/ds_again.out"; then
+    note_fail "rerun of a finished job: no line says it finished and to use a new --rdzv_id"
+  elif ((took > 20)); then
+    note_fail "rerun of a finished job: refused only after ${took} s"
+  else
+    pass "rerun under a finished job's id: refused at once, naming --rdzv_id"
+  fi
+fi
+
+# One node (--nnodes=1, is_host guessed) whose endpoint `dtrun store` serves on this host joins
+# it as a client, as --nnodes=1:2 does (issue 34, bug 8: it tried to serve the store itself and
+# failed on the taken port, blaming a --master_port nobody gave).
+start one_node --nnodes=1 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.2:"$port" --rdzv_id=one \
+  --rdzv_conf="$FAST" --nproc_per_node=1 --no_python "$WORKER" env
+expect_rc one_node 0 && pass "one node on an endpoint \`dtrun store\` serves here: joined as a client"
 
 # Two jobs on the one `dtrun store` at the same time, unmodified torch gloo ranks in both (worlds
 # of 3 and 2): each job's workers bootstrap through their own store, so neither reads the

@@ -70,16 +70,55 @@ wait "$dtrun_pid" || rc=$?
 [[ $rc -eq 143 ]] || die "signal: dtrun exited $rc, want 143"
 check "$work/signal.json" 'r["outcome"] == "signal" and r["attempts"][0]["cause"] == "signal" and r["exit_code"] == 143' "signal: outcome"
 
-# A report path that cannot be written: one line says so; the job's own exit code stays.
-run_rc=0
-timeout 30 "$DTRUN" --report="$work/missing-dir/r.json" --nproc_per_node=1 --no_python /bin/true \
-  >"$work/unwritable.out" 2>&1 </dev/null || run_rc=$?
-[[ $run_rc -eq 0 ]] || die "unwritable: dtrun exited $run_rc, want 0"
-grep -q "dtrun: cannot write the run report to $work/missing-dir/r.json" "$work/unwritable.out" ||
-  die "unwritable: no line names the report path"
+# A report path that cannot be written is refused before anything starts (issue 34, bug 11):
+# one line names it, exit 2, no worker ran. The same for --event_log and TORCHELASTIC_ERROR_FILE.
+refused() {  # <name> <what the line must name> <dtrun args...>
+  local name=$1 want=$2 rc=0
+  shift 2
+  timeout 30 "$DTRUN" --log_dir="$work/refused-logs" --nproc_per_node=1 "$@" --no_python \
+    /bin/true >"$work/$name.out" 2>&1 </dev/null || rc=$?
+  [[ $rc -eq 2 ]] || die "$name: dtrun exited $rc, want 2 before starting"
+  [[ $(wc -l <"$work/$name.out") -eq 1 ]] || die "$name: more than one line: $(cat "$work/$name.out")"
+  grep -q -- "$want" "$work/$name.out" || die "$name: the line does not name $want: $(cat "$work/$name.out")"
+  [[ ! -e $work/refused-logs ]] || die "$name: a worker's log directory was made"
+}
+refused unwritable "--report=$work/missing-dir/r.json cannot be written: its directory $work/missing-dir does not exist" \
+  --report="$work/missing-dir/r.json"
+refused report-dir "--report=$work cannot be written: it is a directory" --report="$work"
+refused events "--event_log=$work/nodir/e.jsonl cannot be written" --event_log="$work/nodir/e.jsonl"
+TORCHELASTIC_ERROR_FILE=$work/nodir/error.json refused errorfile \
+  "TORCHELASTIC_ERROR_FILE=$work/nodir/error.json cannot be written"
+
+# Bytes that are not UTF-8 (issue 34, bug 5): a worker's stderr, a multi-byte character cut at
+# the 64 KiB tail window, an argument. Every report and error file is written, bad bytes as
+# U+FFFD, and dtrun exits with the worker's code.
+cat >"$work/latin1.sh" <<'SH'
+#!/bin/sh
+printf 'caf\351 au lait\n' >&2
+[ "$1" = cut ] && /usr/bin/python3 -c 'import sys; sys.stderr.buffer.write("é".encode() * 40000 + b"x")'
+exit 7
+SH
+chmod +x "$work/latin1.sh"
+for mode in byte cut; do
+  rc=0
+  TORCHELASTIC_ERROR_FILE=$work/$mode-error.json timeout 60 "$DTRUN" --report="$work/$mode.json" \
+    --log_dir="$work/logs" --rdzv_id="latin1-$mode" --nproc_per_node=1 --no_python \
+    "$work/latin1.sh" "$mode" >"$work/$mode.out" 2>&1 </dev/null || rc=$?
+  [[ $rc -eq 7 ]] || { tail -5 "$work/$mode.out" >&2; die "latin1 $mode: dtrun exited $rc, want the worker's 7"; }
+  ! grep -q "json.exception" "$work/$mode.out" || die "latin1 $mode: the JSON writer threw"
+  check "$work/$mode.json" 'r["exit_code"] == 7 and r["root_cause"]["exit_code"] == 7' "latin1 $mode: report"
+  [[ -s $work/$mode-error.json ]] || die "latin1 $mode: no TORCHELASTIC_ERROR_FILE written"
+  $PYTHON -c 'import json, sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$work/$mode-error.json" ||
+    die "latin1 $mode: the error file is not UTF-8 JSON"
+done
+check "$work/byte.json" '"caf\ufffd au lait" in r["root_cause"]["message"]' "latin1: the bad byte is U+FFFD"
+check "$work/cut.json" '"\ufffd" in r["root_cause"]["message"] and "éé" in r["root_cause"]["message"]' "latin1 cut: the cut character is U+FFFD"
+run latin1-arg 0 --nproc_per_node=1 --no_python /bin/echo "$(printf 'caf\351')"
+check "$work/latin1-arg.json" 'r["outcome"] == "succeeded"' "latin1 argument: outcome"
 
 $PYTHON "$ROOT/tests/integration/validate_report.py" "$ROOT/docs/report.schema.json" \
-  "$work/success.json" "$work/failure.json" "$work/restart.json" "$work/signal.json" ||
+  "$work/success.json" "$work/failure.json" "$work/restart.json" "$work/signal.json" \
+  "$work/byte.json" "$work/cut.json" "$work/latin1-arg.json" ||
   die "a report does not match the schema"
 # The validator rejects what the schema forbids: a report without its outcome.
 $PYTHON -c 'import json, sys; r = json.load(open(sys.argv[1])); del r["outcome"]; json.dump(r, open(sys.argv[2], "w"))' \

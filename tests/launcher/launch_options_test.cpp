@@ -412,6 +412,27 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
     CHECK(p.config.runId == "abc");
     CHECK(p.rdzvEndpoint == "127.0.0.1:0");
   }
+  SECTION("c10d, one node, an endpoint on this host that a store already serves: a client") {
+    // Issue 34, bug 8: --nnodes=1 used to try to serve the store itself and fail on the taken
+    // port, where --nnodes=1:2 joined; the taken-port path no longer depends on the node count.
+    auto host = testHost();
+    host.isThisHost = [](const std::string& h) { return h == "127.0.0.1"; };
+    host.acceptsConnection = [](const std::string& h, int port) {
+      return h == "127.0.0.1" && port == 29555;
+    };
+    const auto served = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29555",
+                                "--rdzv_id=q", "x.py"},
+                               host);
+    REQUIRE(served.config.multiNode.has_value());
+    CHECK_FALSE(served.config.multiNode->hostsStore);
+    CHECK(served.config.masterAddr == "127.0.0.1");
+    CHECK(served.config.storePort == 29555);
+    const auto free = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29556",
+                              "--rdzv_id=q", "x.py"},
+                             host);
+    CHECK_FALSE(free.config.multiNode.has_value());
+    CHECK(free.config.storePortOption == "--rdzv_endpoint");
+  }
   SECTION("c10d warns that --master_addr is ignored") {
     const auto p = planOk({"--rdzv_backend=c10d", "--master_addr=1.2.3.4", "x.py"});
     CHECK(p.config.masterAddr == "localhost");

@@ -150,6 +150,7 @@ struct AgentConfig {
   // (the bound one is what workers get; nothing is bound and released).
   std::string storeListenHost;  // "" = every address
   std::uint16_t storePort = 0;
+  std::string storePortOption = "--master_port";  // where storePort came from, for its errors
   std::string masterAddr = "127.0.0.1";
   // The store's token ("" = none): the agent's store requires it, the agent's clients present
   // it, and workers get it as DTRUN_STORE_TOKEN (libdtrt presents it too).

@@ -8,7 +8,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-namespace dtrun::agent::detail {
+namespace dtrun {
 
 Status acceptsConnection(const std::string& host, std::uint16_t port,
                          std::chrono::milliseconds wait) {
@@ -50,4 +50,4 @@ Status acceptsConnection(const std::string& host, std::uint16_t port,
   return last;
 }
 
-}  // namespace dtrun::agent::detail
+}  // namespace dtrun
