@@ -4,7 +4,10 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <system_error>
 #include <unordered_set>
 
@@ -201,6 +204,38 @@ void setOwned(pid_t pid, bool owned) {
 bool isOwnedChild(pid_t pid) {
   const std::lock_guard<std::mutex> lock(ownedMutex);
   return ownedPids.count(pid) != 0;
+}
+
+std::vector<std::pair<pid_t, std::string>> unownedLiveChildren() {
+  std::vector<std::pair<pid_t, std::string>> found;
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    std::ifstream statFile(entry.path() / "stat");
+    std::string stat;
+    std::getline(statFile, stat);
+    // "<pid> (<comm>) <state> <ppid> ...": comm may hold spaces and parentheses.
+    const auto close = stat.rfind(')');
+    const auto open = stat.find('(');
+    if (close == std::string::npos || open == std::string::npos || close + 2 >= stat.size()) {
+      continue;
+    }
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    pid_t parent = 0;
+    if (!(rest >> state >> parent) || parent != self || state == 'Z') {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (!isOwnedChild(pid) && !isWorkerGuardian(pid)) {
+      found.emplace_back(pid, stat.substr(open + 1, close - open - 1));
+    }
+  }
+  return found;
 }
 
 void ChildProcess::markReaped() {

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/types.h>
@@ -87,5 +88,11 @@ class ChildProcess {
 
 // Whether `pid` is a child that a live ChildProcess owns and has not reaped yet. Thread-safe.
 bool isOwnedChild(pid_t pid);
+
+// Live children of this process that no ChildProcess owns: descendants of workers that left their
+// process group (setsid, a daemon) and were re-parented to this subreaper when their parent
+// exited. Each with its name (as /proc shows it); neither zombies (reapOrphans takes them) nor
+// the worker guardian are listed.
+std::vector<std::pair<pid_t, std::string>> unownedLiveChildren();
 
 }  // namespace dtrun::agent::detail

@@ -329,8 +329,25 @@ void WorkerGroup::settle() {
       w.err->drainAndStop();
     }
   }
+  killEscapees();
   if (collapsed_) {
     collapsed_->flushAll();  // the attempt's last lines before anything the agent says next
+  }
+}
+
+// What left a worker's process group (setsid, a daemon's double fork) is out of reach of the
+// group kill; once its parent exited it is this subreaper's child, and it ends with the attempt.
+void WorkerGroup::killEscapees() {
+  std::string named;
+  for (const auto& [pid, name] : unownedLiveChildren()) {
+    if (::getpgid(pid) == pid) {
+      ::kill(-pid, SIGKILL);  // it leads a group of its own: what it started there goes too
+    }
+    ::kill(pid, SIGKILL);
+    named += (named.empty() ? "pid " : ", pid ") + std::to_string(pid) + " (" + name + ")";
+  }
+  if (!named.empty()) {
+    log::agent().warn("killed what the workers left outside their process groups: {}", named);
   }
 }
 

@@ -105,6 +105,7 @@ class WorkerGroup {
   [[nodiscard]] std::string linePrefix(const Worker& w) const;
   void onExitReadable(std::size_t index);
   [[nodiscard]] bool anyStartedWorkerFailed() const;
+  void killEscapees();
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;

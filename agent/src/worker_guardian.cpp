@@ -126,6 +126,8 @@ void stopWorkerGuardian() {
 }
 
 void guardGroup(pid_t group) { send(static_cast<std::int32_t>(group)); }
+bool isWorkerGuardian(pid_t pid) { return pid > 0 && pid == guardianPid; }
+
 void releaseGroup(pid_t group) { send(-static_cast<std::int32_t>(group)); }
 
 }  // namespace dtrun::agent::detail

@@ -27,6 +27,9 @@ using std::chrono::milliseconds;
 // The longest a keeper blocks in one pop: how soon it notices that its service stops.
 constexpr milliseconds kPopSlice{500};
 constexpr milliseconds kStatusEvery{5000};
+// Longer than this beyond its pop's wait between two looks at the clock, and the keeper itself
+// did not run (its process stopped, its host swapping, a store call stuck).
+constexpr milliseconds kStallSlack{1000};
 // Messages taken from the inbox per pop: thousands of joins cost a few round trips, not one each.
 constexpr std::size_t kPopBatch = 1024;
 
@@ -64,8 +67,8 @@ class Keeper {
       return Status::connection("keeper of job '" + jobId_ + "': cannot open round 0");
     }
     while (!stopping_.load() && !finished_) {
-      const auto now = Clock::now();
-      const auto wait = std::clamp(std::chrono::duration_cast<milliseconds>(nextDeadline() - now),
+      const auto turn = Clock::now();
+      const auto wait = std::clamp(std::chrono::duration_cast<milliseconds>(nextDeadline() - turn),
                                    milliseconds(1), kPopSlice);
       auto items = store_->queuePopMany(keys_.inbox(), kPopBatch, wait);
       if (items.isOk()) {
@@ -82,7 +85,9 @@ class Keeper {
                           items.status().message());
         return items.status();
       }
-      checkDeadlines(Clock::now());
+      const auto now = Clock::now();
+      forgiveOwnStall(now - turn - wait);
+      checkDeadlines(now);
     }
     return Status::ok();
   }
@@ -603,6 +608,26 @@ class Keeper {
   }
 
   // ---- time ----
+
+  // A keeper that did not run saw no heartbeat meanwhile, through no fault of the nodes: the
+  // silence it did not watch is not theirs (issue 34: a 5 s SIGSTOP of the store's host made it
+  // declare every node dead, its own included). Every clock it judges by moves on by the gap.
+  void forgiveOwnStall(Clock::duration overrun) {
+    if (overrun <= kStallSlack) {
+      return;
+    }
+    for (auto& [id, seen] : lastSeen_) {
+      seen += overrun;
+    }
+    opened_ += overrun;
+    if (lastCall_) {
+      *lastCall_ += overrun;
+    }
+    closeUntil_ += overrun;
+    log::rdzv().warn(
+        "keeper of job '{}' did not run for {}: nodes are judged from now on, not by that gap",
+        jobId_, seconds(std::chrono::duration_cast<milliseconds>(overrun)));
+  }
 
   [[nodiscard]] Clock::time_point nextDeadline() const {
     auto next = Clock::now() + kPopSlice;

@@ -32,6 +32,11 @@
 #                   ("lost the rendezvous store at ADDR:PORT").
 #   host-term       SIGTERM/SIGINT/SIGHUP/SIGQUIT to node 0's agent: it exits 128+signal; the
 #                   others exit 1 naming the store, or node 0 ("lost node 0").
+#   host-pause      SIGSTOP to node 0's agent (the store and its keeper) for 2.6 s, longer than a
+#                   node may stay silent (2 s), then SIGCONT: nobody is judged by the keeper's
+#                   own stall (issue 34, bug 1: it declared every node dead, its own included).
+#                   2.5 s after the resume every agent still runs and none printed "lost"; then a
+#                   worker is killed, and the job goes on as for worker-restart (max_restarts=1).
 #   link-down       (netns only) node N's link goes down: N=1,2: N exits 1 naming the store; the
 #                   survivors as for agent-kill. N=0: nodes 1 and 2 exit 1 naming the store;
 #                   node 0 exits 1 (its peers are lost: below min, or join_timeout).
@@ -66,7 +71,7 @@ for v in RUNS SEED BOUND; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
 done
 [[ -z $ONLY || $ONLY =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_ONLY must be a run number" >&2; exit 2; }
-all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term link-down)
+all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term host-pause link-down)
 KINDS=${FAULT_KINDS:-$(IFS=,; echo "${all_kinds[*]}")}
 for k in ${KINDS//,/ }; do
   [[ " ${all_kinds[*]} " == *" $k "* ]] ||
@@ -186,6 +191,8 @@ run_one() {
   [[ ${kinds[0]} != link-down || $netns -eq 0 ]] || net=netns
   local kind backend min victim signal="" local_rank=0 delay_ms
   pick "${kinds[@]}" && kind=$picked
+  # The first runs take every kind in turn (the short CI form meets each one), then by chance.
+  [[ -n ${FAULT_KINDS:-} || $idx -ge ${#kinds[@]} ]] || kind=${kinds[idx]}
   pick static c10d && backend=$picked
   min=3
   [[ $backend == c10d ]] && pick 2 3 && min=$picked
@@ -196,6 +203,9 @@ run_one() {
     worker-*) roll 3 && victim=$rolled
       roll "${nproc[victim]}" && local_rank=$rolled
       pick KILL TERM SEGV ABRT HUP USR1 && signal=$picked ;;
+    host-pause) roll 3 && victim=$rolled  # the worker killed after the pause
+      roll "${nproc[victim]}" && local_rank=$rolled
+      signal=KILL ;;
     agent-kill) roll 2 && victim=$((rolled + 1)) && signal=KILL ;;
     agent-term) roll 2 && victim=$((rolled + 1)) && pick TERM INT HUP QUIT && signal=$picked ;;
     host-kill) victim=0; signal=KILL ;;
@@ -204,9 +214,10 @@ run_one() {
   esac
   local restarts=0
   [[ $kind != worker-restart ]] || { roll 2 && restarts=$((rolled + 1)); }
+  [[ $kind != host-pause ]] || restarts=1
   local desc="net=$net backend=$backend nnodes=$min:3 nproc=${nproc[0]},${nproc[1]},${nproc[2]}"
   desc+=" max_restarts=$restarts fault=$kind victim=node$victim"
-  [[ $kind == worker-* ]] && desc+=" local_rank=$local_rank"
+  [[ $kind == worker-* || $kind == host-pause ]] && desc+=" local_rank=$local_rank"
   [[ -n $signal ]] && desc+=" signal=SIG$signal"
   desc+=" delay=${delay_ms}ms"
 
@@ -256,8 +267,17 @@ run_one() {
     bad "the job did not start: $n of $total workers registered within ${BOUND}s"
   else
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+    if [[ $kind == host-pause ]]; then
+      kill -STOP "${pid_of[0]}"
+      sleep 2.6
+      kill -CONT "${pid_of[0]}"
+      sleep 2.5
+      for i in 0 1 2; do
+        running "${pid_of[i]}" || bad "node$i's agent ended after node 0's pause"
+      done
+    fi
     case $kind in
-      worker-*)
+      worker-* | host-pause)
         local f
         f=$(find "$dir/pids" -name "$run_id.$victim.$local_rank.0.*" | head -n 1)
         read -r victim_pid _ <"$f"
@@ -318,13 +338,16 @@ run_one() {
   for i in 0 1 2; do [[ $i -eq $victim ]] || others+=("$i"); done
   local store_re="lost the rendezvous store at ${addr//./\\.}:$port"
   local rank=-1
-  if [[ $kind == worker-* && -n $victim_pid ]]; then
+  if [[ ($kind == worker-* || $kind == host-pause) && -n $victim_pid ]]; then
     rank=$(sed -n 's/.* RANK=\([0-9]*\) .*PID='"$victim_pid"' .*/\1/p' "$dir"/logs"$victim"/*/attempt_0/*/stdout.log 2>/dev/null | head -n 1)
   fi
   if [[ ${#reasons[@]} -eq 0 ]]; then
     case $kind in
-      worker-restart)
+      worker-restart | host-pause)
         for i in 0 1 2; do expect_rc "$i" 0; done
+        if [[ $kind == host-pause ]] && out 0 | grep -q " lost: no heartbeat\|lost node"; then
+          bad "a node was judged lost by the keeper's own pause: $(out 0 | grep -m1 " lost: no heartbeat\|lost node")"
+        fi
         expect_line "$victim" "the victim's failure" "rank $rank \\(pid $victim_pid\\) failed: signal $sig_no"
         survivors=(0 1 2) ;;
       worker-final)
@@ -448,7 +471,7 @@ run_one() {
       [[ ${round_world[$r]} -eq $w ]] || bad "round $r: world size $w, its nodes run ${round_world[$r]} workers"
     fi
   done
-  if [[ $kind == worker-restart && ${#reasons[@]} -eq 0 ]]; then
+  if [[ ($kind == worker-restart || $kind == host-pause) && ${#reasons[@]} -eq 0 ]]; then
     local last
     last=$(printf '%s\n' "${!round_line[@]}" | sort -n | tail -n 1)
     [[ ${round_line[$last]} == "$last 1 3 "* ]] ||
@@ -499,7 +522,7 @@ fi
 echo
 echo "fault_campaign: summary (seed $SEED)"
 printf '  %-16s %6s %12s %11s\n' fault runs "as expected" unexpected
-for kind in worker-restart worker-final agent-kill agent-term host-kill host-term link-down; do
+for kind in "${all_kinds[@]}"; do
   [[ -n ${kind_runs[$kind]:-} ]] || continue
   printf '  %-16s %6d %12d %11d\n' "$kind" "${kind_runs[$kind]}" "${kind_ok[$kind]:-0}" "${kind_bad[$kind]:-0}"
 done

@@ -2,7 +2,9 @@
 # dtrun exits only after its own helper processes are gone (issue 14): run under a child
 # subreaper, so that anything dtrun leaves behind is re-parented to the checker (not to init,
 # which would hide it), and after dtrun exits the checker must have no child left, running or
-# zombie. Runs a successful job, a failing one with a restart, and one stopped by SIGTERM.
+# zombie. Runs a successful job, a failing one with a restart, one stopped by SIGTERM, and one
+# whose worker leaves a process in a session of its own (setsid), out of its process group: the
+# agent, its subreaper, kills it at the end of the attempt and names it (issue 34, bug 10).
 #   bash tests/integration/no_leftover_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
@@ -13,13 +15,14 @@ source "$(dirname "$0")/lib/preamble.sh" no_leftover_test "$@"
 check() {
   local name=$1 want=$2 term=$3
   shift 4
-  "$PYTHON" - "$name" "$want" "$term" "$DTRUN" "$@" <<'PY' || die "$name"
+  work=$work "$PYTHON" - "$name" "$want" "$term" "$DTRUN" "$@" <<'PY' || die "$name"
 import ctypes, os, signal, subprocess, sys, time
 name, want, term, argv = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 PR_SET_CHILD_SUBREAPER = 36
 if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
     sys.exit(f"{name}: prctl(PR_SET_CHILD_SUBREAPER) failed")
-proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+out = open(os.path.join(os.environ["work"], name + ".out"), "wb")
+proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 if term > 0:
     time.sleep(term)
     proc.send_signal(signal.SIGTERM)
@@ -46,4 +49,14 @@ PY
 check success 0 0 -- --nproc_per_node=4 --log_dir="$work/a" --no_python /bin/true
 check failure 1 0 -- --nproc_per_node=2 --max_restarts=1 --log_dir="$work/b" --no_python /bin/false
 check sigterm 143 1 -- --nproc_per_node=2 --log_dir="$work/c" --no_python /bin/sleep 30
+cat >"$work/escape.sh" <<'SH'
+#!/bin/bash
+setsid sleep 300 &
+echo "escaped $!"
+sleep 0.2
+SH
+chmod +x "$work/escape.sh"
+check setsid 0 0 -- --nproc_per_node=2 --tee=3 --log_dir="$work/d" --no_python "$work/escape.sh"
+grep -q "killed what the workers left outside their process groups: pid [0-9]* (sleep)" "$work/setsid.out" ||
+  die "setsid: no line names the escaped sleep: $(tail -n 5 "$work/setsid.out")"
 echo "no_leftover_test: PASS"
