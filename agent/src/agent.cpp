@@ -47,6 +47,7 @@
 #include "job_setup.h"
 #include "log.h"
 #include "net_check.h"
+#include "oom_kills.h"
 #include "root_cause_file.h"
 #include "run_dir.h"
 #include "signal_mask.h"
@@ -655,6 +656,7 @@ class Agent {
       iterationAtStart_ = detail::readIteration(config_.progressFile);
     }
     attemptSettled_ = false;
+    oomKillsBefore_ = oomKills_.kills();
     attemptDir_ = attemptDir;
     log_.begin(restartCount_, attemptDir, assignment_, joinSent_, roundClosed_);
     detail::GroupPlacement placement;
@@ -686,6 +688,13 @@ class Agent {
   }
 
   void onWorkerExited(const detail::Worker& w, ExitStatus status) {
+    if (status.signaled && status.code == SIGKILL) {
+      const auto kills = oomKills_.kills();
+      if (kills && oomKillsBefore_ && *kills > *oomKillsBefore_) {
+        status.killedBy = oomKills_.describeKill();
+      }
+      oomKillsBefore_ = kills;  // one OOM kill names one worker
+    }
     log_.exited(w.localRank, status);
     log::agent().debug("rank {} (pid {}) exited: {}", w.rank, w.child->pid(), status.describe());
     if (stopReason_ == StopReason::kNone && !status.success()) {
@@ -700,6 +709,9 @@ class Agent {
       stopReason_ = StopReason::kFailure;
       beginStop(SIGTERM);
       describeFromFiles(failure, w.dir);
+      if (!status.killedBy.empty()) {  // the worker's own last words cannot say it
+        failure.message = status.killedBy + (failure.message.empty() ? "" : "\n" + failure.message);
+      }
       failure.noRestart =
           failure.noRestart || (!status.signaled && status.code == agent::kExitNoRestart);
       judgeAttempt();
@@ -979,6 +991,8 @@ class Agent {
   bool hangThisAttempt_ = false;  // this attempt's failure is a detected hang
   bool attemptSettled_ = false;   // the group is down and settled; the policy has been asked
   int startupExitCode_ = 0;
+  const detail::OomKillCount oomKills_ = detail::OomKillCount::ofThisProcess();
+  std::optional<long long> oomKillsBefore_;  // the cgroup's OOM kills when the attempt began
   int exitCode_ = 0;
   bool finished_ = false;
 };

@@ -180,7 +180,8 @@ std::string signalName(int signal) {
 
 std::string ExitStatus::describe() const {
   if (signaled) {
-    return "signal " + std::to_string(code) + " (" + signalName(code) + ")";
+    return "signal " + std::to_string(code) + " (" + signalName(code) + ")" +
+           (killedBy.empty() ? "" : ", " + killedBy);
   }
   return "exit code " + std::to_string(code);
 }

@@ -16,10 +16,12 @@ namespace dtrun::agent::detail {
 struct ExitStatus {
   bool signaled = false;
   int code = 0;  // exit code, or the signal number when signaled
+  // Who sent a signal when dtrun could tell: "killed by the kernel: out of memory (...)".
+  std::string killedBy;
   // The shell convention dtrun exits with: code, or 128 + signal.
   [[nodiscard]] int shellCode() const { return signaled ? 128 + code : code; }
   [[nodiscard]] bool success() const { return !signaled && code == 0; }
-  // "exit code 3", "signal 11 (SIGSEGV)"
+  // "exit code 3", "signal 11 (SIGSEGV)", "signal 9 (SIGKILL), killed by the kernel: ..."
   [[nodiscard]] std::string describe() const;
 };
 
