@@ -68,6 +68,8 @@ using detail::StopReason;
 using detail::WorkerFailure;
 
 constexpr std::size_t kStderrTailLines = 20;
+// How long a console that is not read may hold up dtrun's exit (the log files have every byte).
+constexpr std::chrono::milliseconds kConsoleFlushAtExit{5000};
 // Every node of a hung job dumps its stacks at about the same time; stopping this node's workers
 // at once would break the connections of workers another node is still dumping.
 constexpr std::chrono::milliseconds kPeerDumpGrace{2000};
@@ -114,6 +116,10 @@ void describeFromFiles(WorkerFailure& failure, const fs::path& dir) {
   if (!detail::readErrorFile((dir / "error.json").string(), failure)) {
     failure.message = detail::tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
   }
+  if (!failure.status.killedBy.empty()) {  // the worker's own last words cannot say it
+    failure.message =
+        failure.status.killedBy + (failure.message.empty() ? "" : "\n" + failure.message);
+  }
 }
 
 class Agent {
@@ -144,6 +150,7 @@ class Agent {
     hangWatch_.reset();  // ends a dump still under way
     job_.reset();        // sends what is still queued (leave, bye) before the store may go away
     group_.clear();      // kills and reaps anything still running (only on an internal error)
+    group_.flushConsole(kConsoleFlushAtExit);
     return exitCode_;
   }
 
@@ -276,6 +283,13 @@ class Agent {
               << (job_ ? "; this node leaves the job" : "; not restarting") << "\n";
     if (job_) {
       job_->leave(s.message());
+    }
+    if (!failures_.empty()) {  // a worker's failure asked for this restart: it stays the cause
+      stopReason_ = StopReason::kFailure;
+      std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);
+      recordRootCause(failures_.front());
+      finish(failures_.front().status.shellCode());
+      return;
     }
     stopReason_ = StopReason::kStartup;
     finish(1);
@@ -709,9 +723,6 @@ class Agent {
       stopReason_ = StopReason::kFailure;
       beginStop(SIGTERM);
       describeFromFiles(failure, w.dir);
-      if (!status.killedBy.empty()) {  // the worker's own last words cannot say it
-        failure.message = status.killedBy + (failure.message.empty() ? "" : "\n" + failure.message);
-      }
       failure.noRestart =
           failure.noRestart || (!status.signaled && status.code == agent::kExitNoRestart);
       judgeAttempt();

@@ -2,16 +2,15 @@
 
 #include <string>
 
-#include "fd_io.h"
 
 namespace dtrun::agent::detail {
 
-void writeCollapsed(const std::vector<CollapsedLine>& lines) {
+void writeCollapsed(ConsoleOut& console, const std::vector<CollapsedLine>& lines) {
   std::string batch;
   int fd = 1;
   const auto flush = [&] {
     if (!batch.empty()) {
-      static_cast<void>(io::writeAll(fd, batch.data(), batch.size()));  // a closed console: dropped
+      console.write(fd, batch);
       batch.clear();
     }
   };
@@ -27,8 +26,10 @@ void writeCollapsed(const std::vector<CollapsedLine>& lines) {
   flush();
 }
 
-CollapsedConsole::CollapsedConsole(boost::asio::io_context& io, std::chrono::milliseconds window)
-    : timer_(io), collapse_(window, 0) {}
+CollapsedConsole::CollapsedConsole(boost::asio::io_context& io,
+                                   std::shared_ptr<ConsoleOut> console,
+                                   std::chrono::milliseconds window)
+    : timer_(io), console_(std::move(console)), collapse_(window, 0) {}
 
 CollapsedConsole::~CollapsedConsole() {
   *alive_ = false;
@@ -66,7 +67,7 @@ void CollapsedConsole::emit(std::vector<CollapsedLine> ready) {
   if (sink_) {
     sink_(std::move(ready));
   } else {
-    writeCollapsed(ready);
+    writeCollapsed(*console_, ready);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "console_collapse.h"
+#include "console_out.h"
 
 namespace dtrun::agent::detail {
 
@@ -25,8 +26,8 @@ class CollapsedConsole {
   static constexpr std::chrono::milliseconds kWindow{200};
   using Sink = std::function<void(std::vector<CollapsedLine>)>;
 
-  explicit CollapsedConsole(boost::asio::io_context& io,
-                            std::chrono::milliseconds window = kWindow);
+  CollapsedConsole(boost::asio::io_context& io, std::shared_ptr<ConsoleOut> console,
+                   std::chrono::milliseconds window = kWindow);
   CollapsedConsole(const CollapsedConsole&) = delete;
   CollapsedConsole& operator=(const CollapsedConsole&) = delete;
   CollapsedConsole(CollapsedConsole&&) = delete;
@@ -55,6 +56,7 @@ class CollapsedConsole {
   void arm();
 
   boost::asio::steady_timer timer_;
+  std::shared_ptr<ConsoleOut> console_;
   ConsoleCollapse collapse_;
   Sink sink_;
   bool armed_ = false;
@@ -63,8 +65,8 @@ class CollapsedConsole {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
-// Writes `lines` to fds 1 and 2 behind their ranks' prefix: one write(2) per run of lines of one
+// Writes `lines` to fds 1 and 2 behind their ranks' prefix: one write per run of lines of one
 // stream.
-void writeCollapsed(const std::vector<CollapsedLine>& lines);
+void writeCollapsed(ConsoleOut& console, const std::vector<CollapsedLine>& lines);
 
 }  // namespace dtrun::agent::detail

@@ -141,8 +141,10 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
   auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
                                            std::move(self), false);
   if (!member.isOk()) {
-    return Status::connection("cannot join job '" + config.runId + "' through etcd at " +
-                              joinText(etcd.endpoints, ",") + ": " + member.status().message());
+    return Status::error(
+        member.status().code() == Errc::kDenied ? Errc::kDenied : Errc::kConnection,
+        "cannot join job '" + config.runId + "' through etcd at " + joinText(etcd.endpoints, ",") +
+            ": " + member.status().message());
   }
   link.member = std::move(member).value();
   return link;
@@ -203,8 +205,13 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
   auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
                                            std::move(self), true);
   if (!member.isOk()) {
-    return Status::connection("cannot reach the rendezvous store at " + config.masterAddr + ":" +
-                              std::to_string(client.port) + ": " + member.status().message());
+    const std::string where = config.masterAddr + ":" + std::to_string(client.port);
+    if (member.status().code() == Errc::kDenied) {  // a setting to fix (a token, a used run id)
+      return Status::error(Errc::kDenied,
+                           "the rendezvous store at " + where + ": " + member.status().message());
+    }
+    return Status::connection("cannot reach the rendezvous store at " + where + ": " +
+                              member.status().message());
   }
   link.member = std::move(member).value();
   return link;

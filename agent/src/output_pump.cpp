@@ -12,7 +12,7 @@
 namespace dtrun::agent::detail {
 namespace {
 
-// A closed console or a full disk must not stop the agent: a failed write is dropped.
+// A full disk must not stop the agent: a failed write is dropped.
 void writeAll(int fd, const char* data, std::size_t n) {
   static_cast<void>(io::writeAll(fd, data, n));
 }
@@ -29,11 +29,12 @@ bool matchesAny(std::string_view line, const std::vector<std::string>& filters) 
 }  // namespace
 
 OutputPump::OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile,
-                       ConsoleMode mode, int consoleFd, std::string prefix,
-                       std::shared_ptr<DuplicateSink> duplicates)
+                       ConsoleMode mode, std::shared_ptr<ConsoleOut> console, int consoleFd,
+                       std::string prefix, std::shared_ptr<DuplicateSink> duplicates)
     : pipe_(io, pipe.release()),
       logFile_(std::move(logFile)),
       mode_(mode),
+      console_(std::move(console)),
       consoleFd_(consoleFd),
       lines_(std::move(prefix)),
       duplicates_(std::move(duplicates)),
@@ -93,7 +94,7 @@ void OutputPump::consume(const char* data, std::size_t n) {
     writeAll(logFile_.get(), data, n);
   }
   if (mode_ == ConsoleMode::kRaw) {
-    writeAll(consoleFd_, data, n);
+    console_->write(consoleFd_, std::string_view(data, n));
     return;
   }
   if (mode_ != ConsoleMode::kLines) {
@@ -119,7 +120,7 @@ void OutputPump::writeConsole(const std::string& lines) {
     return;
   }
   if (!collapsed_) {
-    writeAll(consoleFd_, lines.data(), lines.size());
+    console_->write(consoleFd_, lines);
     copyDuplicates(lines);
     return;
   }

@@ -22,6 +22,7 @@
 #include "dtrun/common.h"
 
 #include "collapsed_console.h"
+#include "console_out.h"
 #include "console_lines.h"
 
 namespace dtrun::agent::detail {
@@ -39,10 +40,12 @@ class OutputPump {
  public:
   static constexpr std::chrono::milliseconds kQuietFlush{200};
 
-  // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2. `prefix` goes before each
-  // console line in kLines mode ("" for none). `duplicates` may be null.
+  // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2, written through `console`.
+  // `prefix` goes before each console line in kLines mode ("" for none). `duplicates` may be
+  // null.
   OutputPump(boost::asio::io_context& io, UniqueFd pipe, UniqueFd logFile, ConsoleMode mode,
-             int consoleFd, std::string prefix, std::shared_ptr<DuplicateSink> duplicates);
+             std::shared_ptr<ConsoleOut> console, int consoleFd, std::string prefix,
+             std::shared_ptr<DuplicateSink> duplicates);
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
   OutputPump(OutputPump&&) = delete;
@@ -71,6 +74,7 @@ class OutputPump {
   boost::asio::posix::stream_descriptor pipe_;
   UniqueFd logFile_;
   const ConsoleMode mode_;
+  std::shared_ptr<ConsoleOut> console_;
   const int consoleFd_;
   ConsoleLines lines_;
   std::shared_ptr<DuplicateSink> duplicates_;

@@ -63,9 +63,10 @@ WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
       inheritedEnv_(std::move(inheritedEnv)),
       hostName_(std::move(hostName)),
       onExit_(std::move(onExit)),
-      graceTimer_(io) {
+      graceTimer_(io),
+      console_(std::make_shared<ConsoleOut>(io)) {
   if (config_.console == AgentConfig::Console::kCollapse) {
-    collapsed_ = std::make_shared<CollapsedConsole>(io_);
+    collapsed_ = std::make_shared<CollapsedConsole>(io_, console_);
   }
 }
 
@@ -236,7 +237,7 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
                                               : stderrDuplicates_;
   // Every stream lands in the rank's log file, redirected or not.
   auto pump = std::make_unique<OutputPump>(
-      io_, std::move(pipe), std::move(logFile), mode, consoleFd,
+      io_, std::move(pipe), std::move(logFile), mode, console_, consoleFd,
       tee && !collapse ? linePrefix(w) : std::string(), std::move(duplicates));
   if (collapse) {
     pump->collapseInto(collapsed_, w.rank,
@@ -346,9 +347,15 @@ void WorkerGroup::killEscapees() {
     ::kill(pid, SIGKILL);
     named += (named.empty() ? "pid " : ", pid ") + std::to_string(pid) + " (" + name + ")";
   }
-  if (!named.empty()) {
-    log::agent().warn("killed what the workers left outside their process groups: {}", named);
+  if (named.empty()) {
+    return;
   }
+  log::agent().warn("killed what the workers left outside their process groups: {}", named);
+  // Reaped here, briefly: the agent may exit next, and would leave them as zombies to its parent.
+  for (int tries = 0; tries < 100 && !unownedLiveChildren().empty(); ++tries) {
+    ::usleep(10000);  // NOLINT: at most a second, once, for processes SIGKILL ends at once
+  }
+  reapOrphans();
 }
 
 bool WorkerGroup::allExited() const {

@@ -90,6 +90,8 @@ class WorkerGroup {
 
   // Kills and reaps every worker still running (the agent's last act; normally none is).
   void clear() { workers_.clear(); }
+  // The agent's end: what the console could not take yet, for at most `limit`.
+  void flushConsole(std::chrono::milliseconds limit) { console_->flush(limit); }
 
   // Reaps children re-parented to this subreaper (the agent is one); workers and other owned
   // children are left to their owners. Call on SIGCHLD.
@@ -117,6 +119,7 @@ class WorkerGroup {
   // This attempt's filtered_stdout.log / filtered_stderr.log (null without filters).
   std::shared_ptr<DuplicateSink> stdoutDuplicates_;
   std::shared_ptr<DuplicateSink> stderrDuplicates_;
+  std::shared_ptr<ConsoleOut> console_;           // dtrun's stdout and stderr, never blocking
   std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 

@@ -276,13 +276,13 @@ HostFacts readHostFacts() {
         .isOk();
   };
   host.whyNotWritable = [](const std::string& file) -> std::string {
-    const std::filesystem::path path(file);
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path target(file);
+    std::error_code error;
+    if (std::filesystem::is_directory(target, error)) {
       return "it is a directory (name a file inside it)";
     }
-    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-    if (!std::filesystem::is_directory(dir, ec)) {
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    if (!std::filesystem::is_directory(dir, error)) {
       return "its directory " + dir.string() + " does not exist (create it first)";
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {

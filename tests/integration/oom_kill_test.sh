@@ -37,7 +37,7 @@ in_cgroup() {
   local name=$1
   shift
   rc=0
-  timeout "$LIMIT" /bin/sh -c 'echo $$ >"$0/cgroup.procs" && shift && exec "$@"' "$cgroup" \
+  timeout "$LIMIT" /bin/sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" \
     "$DTRUN" --log_dir="$work/logs" --rdzv_id="$name" --report="$work/$name.json" "$@" \
     >"$work/$name.out" 2>&1 </dev/null || rc=$?
 }
