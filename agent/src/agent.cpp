@@ -284,7 +284,9 @@ class Agent {
     if (job_) {
       job_->leave(s.message());
     }
-    if (!failures_.empty()) {  // a worker's failure asked for this restart: it stays the cause
+    // One node: the job ends here, and the worker's failure that asked for the restart stays its
+    // cause. (Many: this node leaves, the job goes on without it.)
+    if (!job_ && !failures_.empty()) {
       stopReason_ = StopReason::kFailure;
       std::cerr << detail::formatFailureReport(config_.entrypointName, host_, failures_);
       recordRootCause(failures_.front());

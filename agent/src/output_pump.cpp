@@ -1,13 +1,17 @@
 #include "output_pump.h"
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <cerrno>
 #include <string_view>
+#include <system_error>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "fd_io.h"
+#include "log.h"
 
 namespace dtrun::agent::detail {
 namespace {
@@ -16,6 +20,9 @@ namespace {
 void writeAll(int fd, const char* data, std::size_t n) {
   static_cast<void>(io::writeAll(fd, data, n));
 }
+
+// A log cut short (a full disk, a quota) is said once per agent: every rank's would follow.
+std::atomic<bool> toldLogError{false};
 
 bool matchesAny(std::string_view line, const std::vector<std::string>& filters) {
   for (const auto& filter : filters) {
@@ -90,8 +97,16 @@ bool OutputPump::readAvailable() {
 }
 
 void OutputPump::consume(const char* data, std::size_t n) {
-  if (logFile_.valid()) {
-    writeAll(logFile_.get(), data, n);
+  if (logFile_.valid() && !io::writeAll(logFile_.get(), data, n) && logError_.empty()) {
+    logError_ = std::system_category().message(errno);
+    if (!toldLogError.exchange(true)) {
+      std::error_code ec;
+      const auto path =
+          std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(logFile_.get()), ec);
+      log::agent().warn("a worker's log file is cut short: {}: {}; other ranks' logs may lose "
+                        "lines too (the report names each one)",
+                        path.string(), logError_);
+    }
   }
   if (mode_ == ConsoleMode::kRaw) {
     console_->write(consoleFd_, std::string_view(data, n));

@@ -60,6 +60,8 @@ class OutputPump {
   // Copies whatever is still buffered in the pipe without waiting, then stops; used once the
   // worker exited (its children may keep the pipe open, so EOF is not awaited).
   void drainAndStop();
+  // Why the log file lost bytes ("" = it has them all): the first failed write's error.
+  [[nodiscard]] const std::string& logError() const { return logError_; }
 
  private:
   void readSome();
@@ -73,6 +75,7 @@ class OutputPump {
 
   boost::asio::posix::stream_descriptor pipe_;
   UniqueFd logFile_;
+  std::string logError_;
   const ConsoleMode mode_;
   std::shared_ptr<ConsoleOut> console_;
   const int consoleFd_;

@@ -92,6 +92,9 @@ json attemptJson(const JobRecord& job, const AttemptRecord& a) {
           {"cuda_visible_devices", p.visibleDevices ? json(*p.visibleDevices) : json(nullptr)}};
     }
     rank.update(exitJson(r.exit));
+    if (!r.logError.empty()) {
+      rank["log_error"] = r.logError;
+    }
     ranks.push_back(rank);
     timelineRanks.push_back({{"rank", r.rank},
                              {"store_connected", offset(job.agentStart, r.storeConnected)},

@@ -7,7 +7,7 @@
 # check and the host. (2) a node whose entrypoint disappears during attempt 0 leaves before the
 # next round and a spare takes its place. (3) a store that accepts and never answers: the store
 # check times out within its bound. (4) one node: a failed check ends the job with exit 1, no
-# restart loop. Loopback only; every agent is stopped by its PID; waits are bounded.
+# restart loop; before a restart, the failed worker stays the cause. Loopback only; every agent is stopped by its PID; waits are bounded.
 set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
@@ -158,7 +158,8 @@ summary=$(health "$work/st.json" "$work/st.events" 2>&1) || { note_fail "$summar
 [[ $ok -eq 0 ]] && pass "silent store: exit 1 after ${took}s; '$line'"
 
 # (4) One node: a failed check ends the job with exit 1 and that line, before any worker, and a
-# restart does not run on a node whose entrypoint vanished.
+# restart does not run on a node whose entrypoint vanished (the job then ends as the failed
+# worker's attempt did: its exit code and failure report).
 rc=0
 "$DTRUN" --nproc_per_node=1 --log_dir="$work/not_a_dir" --no_python /bin/true \
   >"$work/single.out" 2>&1 || rc=$?
@@ -175,8 +176,11 @@ rc=0
   "$work/entry_s.sh" >"$work/single2.out" 2>&1 || rc=$?
 attempts=$(grep -c "^ENV" "$work/single2.out" || true)
 line=$(grep "^dtrun: health check" "$work/single2.out" || true)
-if [[ $rc -eq 1 && $attempts -eq 1 && $line == *"entrypoint failed"*"; not restarting" ]]; then
-  pass "one node, entrypoint gone after attempt 0: exit 1 after 1 attempt, '$line'"
+# The job ends with the worker's failure as its cause (issue 34, bug 9: it was exit 1,
+# startup_failed, no root cause), and the check's line says why it did not restart.
+if [[ $rc -eq 7 && $attempts -eq 1 && $line == *"entrypoint failed"*"; not restarting" ]] &&
+  grep -q "exitcode  : 7" "$work/single2.out"; then
+  pass "one node, entrypoint gone after attempt 0: the worker's exit 7 and its report after 1 attempt, '$line'"
 else
   note_fail "one node restart: exit $rc after $attempts attempt(s), '$line'"
 fi
