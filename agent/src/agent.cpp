@@ -342,6 +342,7 @@ class Agent {
   void onSignal(int sig) {
     if (sig == SIGCHLD) {  // workers' exits come through their pidfds; this reaps orphans
       group_.reapOrphans();
+      group_.noticeStops();
       return;
     }
     const auto& forwarded = config_.signalsToForward;

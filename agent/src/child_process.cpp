@@ -152,7 +152,7 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
 }  // namespace
 
 std::string signalName(int signal) {
-  static constexpr std::array<std::pair<int, const char*>, 16> kNames = {{
+  static constexpr std::array<std::pair<int, const char*>, 21> kNames = {{
       {SIGHUP, "SIGHUP"},
       {SIGINT, "SIGINT"},
       {SIGQUIT, "SIGQUIT"},
@@ -169,6 +169,11 @@ std::string signalName(int signal) {
       {SIGALRM, "SIGALRM"},
       {SIGTERM, "SIGTERM"},
       {SIGXCPU, "SIGXCPU"},
+      {SIGCONT, "SIGCONT"},
+      {SIGSTOP, "SIGSTOP"},
+      {SIGTSTP, "SIGTSTP"},
+      {SIGTTIN, "SIGTTIN"},
+      {SIGTTOU, "SIGTTOU"},
   }};
   for (const auto& [number, name] : kNames) {
     if (number == signal) {

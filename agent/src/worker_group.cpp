@@ -269,6 +269,7 @@ void WorkerGroup::onExitReadable(std::size_t index) {
     return;
   }
   w.status = status;
+  terminal_.release(w.child->pid());  // a worker leads its own process group
   reapOrphans();
   onExit_(w, *status);  // may start the next attempt: `w` is not touched afterwards
 }
@@ -282,6 +283,41 @@ void WorkerGroup::reapOrphans() {
     }
     int ignored = 0;
     ::waitpid(info.si_pid, &ignored, WNOHANG);
+  }
+}
+
+void WorkerGroup::noticeStops() {
+  for (const auto& w : workers_) {
+    if (!w.child || !w.child->running()) {
+      continue;
+    }
+    const pid_t pid = w.child->pid();
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WNOHANG) != 0 ||
+        info.si_pid == 0) {
+      continue;  // running (a stop is reported once; the exit stays for its pidfd)
+    }
+    const int signal = info.si_status;
+    if (signal != SIGTTIN && signal != SIGTTOU) {
+      log::agent().warn("rank {} (pid {}) is stopped by {}; it goes on after kill -CONT {}",
+                        w.rank, pid, signalName(signal), pid);
+    } else if (terminal_.lend(pid)) {
+      log::agent().info("rank {} (pid {}) reads the terminal: it has it until it exits", w.rank,
+                        pid);
+    } else {
+      const pid_t holder = terminal_.holder();
+      const auto other = std::find_if(workers_.begin(), workers_.end(), [holder](const Worker& x) {
+        return holder != 0 && x.child && x.child->pid() == holder;
+      });
+      log::agent().warn(
+          "rank {} (pid {}) is stopped: it uses the terminal ({}), which {}; give it its input "
+          "from a file instead (dtrun ... < input)",
+          w.rank, pid, signalName(signal),
+          other != workers_.end()
+              ? "rank " + std::to_string(other->rank) + " has now"
+              : std::string("only dtrun's own process group may use (dtrun runs without a "
+                            "terminal, or in the background)"));
+    }
   }
 }
 
@@ -306,6 +342,7 @@ void WorkerGroup::signalAll(int signal) {
 
 void WorkerGroup::stop(int signal) {
   signalAll(signal);
+  signalAll(SIGCONT);  // a stopped worker (SIGSTOP, SIGTTIN) acts on the stop only once continued
   graceTimer_.expires_after(config_.shutdownTimeout);
   graceTimer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) {

@@ -24,6 +24,7 @@
 #include "output_pump.h"
 #include "progress_file.h"
 #include "run_report.h"
+#include "terminal_handoff.h"
 
 namespace dtrun::agent::detail {
 
@@ -96,6 +97,9 @@ class WorkerGroup {
   // Reaps children re-parented to this subreaper (the agent is one); workers and other owned
   // children are left to their owners. Call on SIGCHLD.
   void reapOrphans();
+  // Workers that stopped without exiting (SIGTTIN from reading the terminal, SIGSTOP): one that
+  // reads the terminal gets it when dtrun can lend it; the others are named. Call on SIGCHLD.
+  void noticeStops();
 
  private:
   Status startWorker(Worker& w, const GroupPlacement& placement, UniqueFd& outPipe,
@@ -120,6 +124,7 @@ class WorkerGroup {
   std::shared_ptr<DuplicateSink> stdoutDuplicates_;
   std::shared_ptr<DuplicateSink> stderrDuplicates_;
   std::shared_ptr<ConsoleOut> console_;           // dtrun's stdout and stderr, never blocking
+  TerminalHandoff terminal_;                      // lent to a worker that reads it
   std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 
