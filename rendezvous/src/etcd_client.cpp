@@ -1,6 +1,8 @@
 // EtcdClient over etcd's v3 JSON gateway: each call one POST (etcd_http.h) to the first endpoint
 // that answers, keys and values in base64, 64-bit numbers as JSON strings.
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <openssl/evp.h>
@@ -12,6 +14,7 @@
 #include "dtrun/etcd.h"
 
 #include "etcd_http.h"
+#include "log.h"
 
 namespace dtrun::rdzv {
 namespace {
@@ -540,14 +543,53 @@ class GatewayClient final : public EtcdClient {
   }
 
   // A streaming call: `onMessage` gets each complete JSON message (one per line) until it
-  // returns true; the endpoints in turn until one answers.
+  // returns true; the endpoints in turn until one answers. When none does, turns again after a
+  // short pause, as callOnce does, for up to the request timeout (--rdzv_conf read_timeout): an
+  // etcd restarting, or briefly away, is not a lost store. A watch whose own time ends meanwhile
+  // returns nothing, as if nothing happened (its caller reads again before it watches again).
   Status streamCall(std::string_view path, const json& request, Clock::time_point deadline,
                     const std::atomic<bool>* cancel,
                     const std::function<bool(const json&)>& onMessage) {
+    std::optional<Clock::time_point> giveUpAt;
+    for (int turn = 0;; ++turn) {
+      std::string tried;
+      Status s = streamTurn(path, request, deadline, cancel, onMessage, tried);
+      if (s.code() != Errc::kConnection) {
+        return s;
+      }
+      const auto now = Clock::now();
+      if (!giveUpAt) {
+        giveUpAt = now + options_.timeout;
+        log::rdzv().warn("etcd at {}: {}: no endpoint answers ({}); trying again for up to {} s",
+                         endpoints(), path, tried,
+                         std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+      }
+      if (now >= *giveUpAt) {
+        return Status::connection("no etcd endpoint answered " + std::string(path) + " for " +
+                                  std::to_string(options_.timeout.count()) + " ms (" + tried +
+                                  "); check --rdzv_endpoint");
+      }
+      if (now >= deadline) {
+        return Status::ok();
+      }
+      const auto pause = std::min({milliseconds(50 * (turn + 1)), milliseconds(500),
+                                   std::chrono::duration_cast<milliseconds>(deadline - now)});
+      for (auto slept = milliseconds(0); slept < pause; slept += milliseconds(50)) {
+        if (cancel != nullptr && cancel->load()) {
+          return Status::error(Errc::kCancelled, std::string(path) + ": cancelled");
+        }
+        std::this_thread::sleep_for(milliseconds(50));
+      }
+    }
+  }
+
+  // One turn over the endpoints: kConnection (naming each in `tried`) when none answered.
+  Status streamTurn(std::string_view path, const json& request, Clock::time_point deadline,
+                    const std::atomic<bool>* cancel,
+                    const std::function<bool(const json&)>& onMessage, std::string& tried) {
     const std::string body = jsonText(request);
     const std::size_t n = options_.endpoints.size();
     const std::size_t first = current_.load();
-    std::string tried;
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = (first + i) % n;
       const auto& endpoint = options_.endpoints[at];

@@ -138,11 +138,23 @@ class EtcdAgentPresence final : public EtcdPresence {
     DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({absent}, {put}, {read}));
     fromRevision = txn.revision + 1;
     if (txn.succeeded) {
+      leaderRevision_ = txn.revision;  // the put's: the key's create revision
       return true;
     }
     // Ours already: a retried request whose first try had succeeded.
     const auto& held = txn.gets;
-    return !held.empty() && !held.front().empty() && held.front().front().value == agentId_;
+    if (!held.empty() && !held.front().empty() && held.front().front().value == agentId_) {
+      leaderRevision_ = held.front().front().createRevision;
+      return true;
+    }
+    return false;
+  }
+
+  // Whether the leader key is still the one this agent made: not after its lease lapsed (it was
+  // paused, or cut off from etcd, longer than the TTL) and another agent took over.
+  bool stillLeads() {
+    auto held = client_->get(leaderKey_);
+    return held.isOk() && held.value() && held.value()->createRevision == leaderRevision_;
   }
 
   // The first claim was made by start(); until this agent leads, it waits for the leader key to
@@ -181,7 +193,8 @@ class EtcdAgentPresence final : public EtcdPresence {
   }
 
   // Runs the keeper until the job is over. A keeper that lost etcd for longer than its request
-  // timeout starts again from the state it saved, as a successor would.
+  // timeout starts again from the state it saved, as a successor would, if it still leads. Its
+  // writes are fenced on the leader key it made: once another agent leads, they change nothing.
   void lead() {
     leads_ = true;
     log::rdzv().info("job '{}': this agent ({}) runs the keeper", jobId_, agentId_);
@@ -189,10 +202,16 @@ class EtcdAgentPresence final : public EtcdPresence {
     KeeperOptions options;
     options.aliveAgents = [this] { return aliveAgents(); };
     while (!stopping()) {
-      auto store = makeEtcdStore(client_, prefix_);
+      auto store = makeEtcdStore(client_, prefix_, EtcdFence{leaderKey_, leaderRevision_});
       Status s = store.isOk() ? runKeeper(std::move(store).value(), jobId_, options, stopFlag_)
                               : store.status();
       if (s.isOk() || s.code() == Errc::kCancelled) {
+        return;
+      }
+      if (s.code() == Errc::kDenied || !stillLeads()) {
+        leads_ = false;
+        log::rdzv().error("job '{}': this agent no longer runs the keeper: {}", jobId_,
+                          s.message());
         return;
       }
       log::rdzv().error("job '{}': the keeper stopped ({}); starting it again", jobId_,
@@ -264,6 +283,7 @@ class EtcdAgentPresence final : public EtcdPresence {
   std::string aliveDir_;
   std::string leaderKey_;
   std::int64_t lease_ = 0;
+  std::int64_t leaderRevision_ = 0;  // the create revision of the leader key this agent made
   std::atomic<bool> leads_{false};
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -32,14 +32,17 @@ std::string describeKeys(std::span<const std::string> keys) {
 
 class EtcdStore final : public Store {
  public:
-  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
-      : client_(std::move(client)), prefix_(std::move(prefix)) {
+  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, std::optional<EtcdFence> fence)
+      : client_(std::move(client)), prefix_(std::move(prefix)), fence_(std::move(fence)) {
     std::random_device seed;
     id_ = std::to_string(seed()) + std::to_string(seed());
   }
 
   Status set(std::string_view key, std::string_view value) override {
-    return client_->put(full(key), value).status();
+    if (!fence_) {
+      return client_->put(full(key), value).status();
+    }
+    return write({}, {putOf(full(key), value)}, {}).status();
   }
 
   Result<Bytes> get(std::string_view key) override {
@@ -97,7 +100,7 @@ class EtcdStore final : public Store {
     put.value = std::string(desired);
     EtcdOp read;
     read.key = c.key;
-    DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({c}, {put}, {read}));
+    DTRUN_ASSIGN_OR_RETURN(auto txn, write({c}, {put}, {read}));
     if (txn.succeeded) {
       return Bytes(desired);
     }
@@ -122,6 +125,15 @@ class EtcdStore final : public Store {
   }
 
   Result<bool> deleteKey(std::string_view key) override {
+    if (fence_) {  // whether it was there, read in the same transaction
+      EtcdOp read;
+      read.key = full(key);
+      EtcdOp erase;
+      erase.type = EtcdOp::Type::kDelete;
+      erase.key = read.key;
+      DTRUN_ASSIGN_OR_RETURN(auto txn, write({}, {read, erase}, {}));
+      return !txn.gets.empty() && !txn.gets.front().empty();
+    }
     DTRUN_ASSIGN_OR_RETURN(auto deleted, client_->erase(full(key), false));
     return deleted > 0;
   }
@@ -156,7 +168,7 @@ class EtcdStore final : public Store {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const std::size_t size = prefix_.size() + keys[i].size() + values[i].size();
       if (!puts.empty() && (puts.size() == kTxnOps || bytes + size > kTxnBytes)) {
-        DTRUN_TRY(client_->txn({}, puts, {}).status());
+        DTRUN_TRY(write({}, puts, {}).status());
         puts.clear();
         bytes = 0;
       }
@@ -167,7 +179,7 @@ class EtcdStore final : public Store {
       puts.push_back(std::move(op));
       bytes += size;
     }
-    return puts.empty() ? Status::ok() : client_->txn({}, puts, {}).status();
+    return puts.empty() ? Status::ok() : write({}, puts, {}).status();
   }
 
   Result<std::chrono::microseconds> ping() override {
@@ -179,7 +191,10 @@ class EtcdStore final : public Store {
   Status queuePush(std::string_view key, std::string_view value) override {
     // Unique per store and call; the order is etcd's create revision, not the name.
     const auto name = full(key) + "/" + id_ + "-" + std::to_string(++pushes_);
-    return client_->put(name, value).status();
+    if (!fence_) {
+      return client_->put(name, value).status();
+    }
+    return write({}, {putOf(name, value)}, {}).status();
   }
 
   Result<Bytes> queuePop(std::string_view key, milliseconds timeout) override {
@@ -209,7 +224,7 @@ class EtcdStore final : public Store {
           op.key = kv.key;
           deletes.push_back(std::move(op));
         }
-        DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn(unchanged, deletes, {}));
+        DTRUN_ASSIGN_OR_RETURN(auto txn, write(std::move(unchanged), deletes, {}));
         if (txn.succeeded) {
           std::vector<Bytes> items;
           items.reserve(range.kvs.size());
@@ -348,19 +363,55 @@ class EtcdStore final : public Store {
       unchanged.target =
           kv ? EtcdCompare::Target::kModRevision : EtcdCompare::Target::kCreateRevision;
       unchanged.number = kv ? kv->modRevision : 0;
-      EtcdOp put;
-      put.type = EtcdOp::Type::kPut;
-      put.key = name;
-      put.value = std::move(value);
-      DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn({unchanged}, {put}, {}));
+      DTRUN_ASSIGN_OR_RETURN(auto txn, write({unchanged}, {putOf(name, value)}, {}));
       if (txn.succeeded) {
         return Status::ok();
       }
     }
   }
 
+  static EtcdOp putOf(std::string key, std::string_view value) {
+    EtcdOp put;
+    put.type = EtcdOp::Type::kPut;
+    put.key = std::move(key);
+    put.value = std::string(value);
+    return put;
+  }
+
+  // A write's transaction, fenced when the store has a fence: its compare goes with the
+  // others', a read of the fence key with the failure branch, and a failed transaction whose
+  // fence no longer holds is kDenied (a failed compare of the caller's is its own to judge).
+  Result<EtcdTxnResult> write(std::vector<EtcdCompare> compares, const std::vector<EtcdOp>& ops,
+                              std::vector<EtcdOp> onFailure) {
+    if (!fence_) {
+      return client_->txn(compares, ops, onFailure);
+    }
+    EtcdCompare held;
+    held.key = fence_->key;
+    held.target = EtcdCompare::Target::kCreateRevision;
+    held.number = fence_->createRevision;
+    compares.push_back(std::move(held));
+    EtcdOp read;
+    read.key = fence_->key;
+    onFailure.push_back(std::move(read));
+    DTRUN_ASSIGN_OR_RETURN(auto txn, client_->txn(compares, ops, onFailure));
+    if (txn.succeeded) {
+      return txn;
+    }
+    const auto& leader = txn.gets.back();
+    if (leader.empty() || leader.front().createRevision != fence_->createRevision) {
+      return Status::error(Errc::kDenied,
+                           "this agent no longer leads (" + fence_->key + " is " +
+                               (leader.empty() ? std::string("gone") : "another's now") +
+                               "): its write was not made");
+    }
+    txn.gets.pop_back();
+    return txn;
+  }
+
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;
+  std::optional<EtcdFence> fence_;
   std::string id_;
   std::uint64_t pushes_ = 0;
 };
@@ -368,11 +419,12 @@ class EtcdStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client,
-                                             std::string prefix) {
+                                             std::string prefix, std::optional<EtcdFence> fence) {
   if (!client) {
     return Status::invalidArgument("makeEtcdStore: no etcd client");
   }
-  return std::unique_ptr<Store>(std::make_unique<EtcdStore>(std::move(client), std::move(prefix)));
+  return std::unique_ptr<Store>(
+      std::make_unique<EtcdStore>(std::move(client), std::move(prefix), std::move(fence)));
 }
 
 }  // namespace dtrun::rdzv

@@ -88,6 +88,9 @@ class Keeper {
       const auto now = Clock::now();
       forgiveOwnStall(now - turn - wait);
       checkDeadlines(now);
+      if (!deposed_.isOk()) {
+        return deposed_;
+      }
     }
     return Status::ok();
   }
@@ -427,6 +430,9 @@ class Keeper {
     k.closedBy = closedBy_;
     if (auto s = store_->set(keys_.keeperState(), detail::encodeKeeperState(k)); !s.isOk()) {
       log::rdzv().warn("keeper of job '{}': saving its state: {}", jobId_, s.message());
+      if (s.code() == Errc::kDenied) {
+        deposed_ = s;  // another keeper leads (etcd's fence): this one stops at once
+      }
     }
   }
 
@@ -739,6 +745,7 @@ class Keeper {
   Clock::time_point lastStatus_;
   Clock::time_point closeUntil_;
   bool finished_ = false;
+  Status deposed_;  // not ok once a write was refused: another keeper leads the job
 };
 
 class ThreadedKeeperService final : public KeeperService {

@@ -69,10 +69,12 @@ else
   note_fail "scale-up: events '$got'"
 fi
 
-# An unwritable event log: one line, the job runs.
+# An event log that cannot be written is refused before anything starts (issue 34, bug 11): one
+# line naming it, exit 2, no worker ran.
 rc=0
-"$DTRUN" --nproc_per_node=1 --event_log=/proc/nonexistent/x.jsonl --log_dir="$work/logs" \
+"$DTRUN" --nproc_per_node=1 --event_log=/proc/nonexistent/x.jsonl --log_dir="$work/bad-logs" \
   --no_python /bin/true >"$work/bad.out" 2>&1 || rc=$?
-[[ $rc -eq 0 && $(grep -c 'cannot write the event log' "$work/bad.out") -eq 1 ]] ||
-  note_fail "an unwritable event log: rc $rc, $(grep -c 'event log' "$work/bad.out") lines"
+[[ $rc -eq 2 && $(wc -l <"$work/bad.out") -eq 1 && ! -e $work/bad-logs ]] &&
+  grep -q -- '--event_log=/proc/nonexistent/x.jsonl cannot be written' "$work/bad.out" ||
+  note_fail "an unwritable event log: rc $rc, '$(head -c 300 "$work/bad.out")'"
 end_test

@@ -393,6 +393,78 @@ std::vector<JoinOutcome> joinAll(const std::vector<RoundMember*>& members) {
 }  // namespace
 }  // namespace dtrun::rdzv
 
+TEST_CASE("etcd store: a fenced store writes nothing once its leader key is another's",
+          "[integration][rdzv][etcd]") {
+  // Issue 34, bug 2: a keeper paused past its lease wrote a stale round over the live keeper's.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  const std::string leader = "/dtrun/job/dtrun/j/keeper_leader";
+  const auto made = client->put(leader, "agent-a");
+  REQUIRE(made.isOk());
+  auto fenced = dtrun::rdzv::makeEtcdStore(client, "/dtrun/job/",
+                                           dtrun::rdzv::EtcdFence{leader, made.value()});
+  REQUIRE(fenced.isOk());
+  auto& store = *fenced.value();
+  REQUIRE(store.set("state", "round=3").isOk());
+  CHECK(store.add("n", 2).value() == 2);
+  REQUIRE(store.queuePush("inbox", "m1").isOk());
+  CHECK(store.queuePop("inbox", 1s).value() == "m1");
+  CHECK(store.deleteKey("n").value());
+
+  // Another agent takes over: its leader key replaces this one's.
+  REQUIRE(client->erase(leader).isOk());
+  REQUIRE(client->put(leader, "agent-b").isOk());
+  const auto denied = [](const dtrun::Status& s) {
+    return s.code() == Errc::kDenied && s.message().find("no longer leads") != std::string::npos;
+  };
+  CHECK(denied(store.set("state", "round=1")));
+  CHECK(denied(store.add("n", 1).status()));
+  CHECK(denied(store.compareSet("state", "round=3", "closed").status()));
+  CHECK(denied(store.append("state", "x")));
+  CHECK(denied(store.queuePush("inbox", "m2")));
+  CHECK(denied(store.deleteKey("state").status()));
+  const std::vector<std::string> keys{"a"};
+  const std::vector<dtrun::rdzv::Bytes> values{"1"};
+  CHECK(denied(store.multiSet(keys, values)));
+  CHECK(client->get("/dtrun/job/state").value()->value == "round=3");  // untouched
+  CHECK_FALSE(client->get("/dtrun/job/a").value().has_value());
+  // The key gone altogether: still refused.
+  REQUIRE(client->erase(leader).isOk());
+  CHECK(denied(store.set("state", "round=1")));
+  // Reads still work: a deposed keeper may look, never write.
+  CHECK(store.tryGet("state").value() == std::optional<std::string>("round=3"));
+}
+
+TEST_CASE("etcd store: a watch waits through a short etcd outage instead of failing at once",
+          "[integration][rdzv][etcd]") {
+  // Issue 34, bug 3: kill -9 of etcd made every agent exit 1 within the second ("no etcd
+  // endpoint answered /v3/watch"), whatever read_timeout said.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd, 10s);
+  auto store = storeOf(client);
+  // The wait's watch is under way when etcd dies; etcd is back 2 s later, the key comes after.
+  std::thread outage([&etcd, &client] {
+    std::this_thread::sleep_for(500ms);
+    etcd.killMember(0);
+    std::this_thread::sleep_for(2s);
+    etcd.restartMember(0);
+    std::this_thread::sleep_for(1s);
+    static_cast<void>(client->put("/dtrun/job/late", "1"));
+  });
+  const auto began = std::chrono::steady_clock::now();
+  const std::vector<std::string> keys{"late"};
+  const auto waited = store->wait(keys, 20s);
+  outage.join();
+  CHECK(waited.isOk());
+  CHECK(std::chrono::steady_clock::now() - began >= 3s);
+}
+
 TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
           "[integration][rdzv][etcd]") {
   using namespace dtrun::rdzv;  // NOLINT(google-build-using-namespace): test body only

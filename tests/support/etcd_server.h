@@ -195,6 +195,16 @@ class EtcdCluster {
     }
   }
 
+  // Member i, killed before, starts again on its ports and data (an etcd restarted by its
+  // supervisor); waits until it answers.
+  void restartMember(int i) {
+    auto& m = members_.at(i);
+    if (m.pid <= 0) {
+      m.pid = spawn(m.argv, dir_ / ("member" + std::to_string(i) + ".log"));
+      waitReady();
+    }
+  }
+
   // The last lines member i logged (for a failure message).
   [[nodiscard]] std::string logTail(int i) const {
     const std::string text = readFileText(dir_ / ("member" + std::to_string(i) + ".log"));
@@ -206,6 +216,7 @@ class EtcdCluster {
     int clientPort = 0;
     int peerPort = 0;
     pid_t pid = -1;
+    std::vector<std::string> argv;  // as started, for restartMember
   };
 
   [[nodiscard]] std::string scheme() const { return options_.tls ? "https://" : "http://"; }
@@ -256,6 +267,7 @@ class EtcdCluster {
         }
       }
       members_[i].pid = spawn(argv, dir_ / ("member" + std::to_string(i) + ".log"));
+      members_[i].argv = std::move(argv);
     }
     waitReady();
   }

@@ -132,12 +132,22 @@ class EtcdClient {
   [[nodiscard]] virtual std::string endpoints() const = 0;
 };
 
+// A store whose writes hold only while its owner leads: each write goes in a transaction that
+// also requires `key` (the job's leader key) to still have `createRevision` (the one its owner
+// made). A keeper that was paused, or cut off, while another agent took over then writes
+// nothing: its writes fail with Errc::kDenied, naming the lost leadership.
+struct EtcdFence {
+  std::string key;
+  std::int64_t createRevision = 0;
+};
+
 // The Store interface over etcd, every key under `prefix` (e.g. "/dtrun/job7/"): the round
 // protocol runs on it unchanged. Queues are keys under "<queue>/" ordered by create revision,
 // waits are watches, add/compareSet/append are transactions. Not thread-safe (as every Store);
-// several may share one client.
-[[nodiscard]] Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client,
-                                                           std::string prefix);
+// several may share one client. With a `fence`, every write is fenced (EtcdFence).
+[[nodiscard]] Result<std::unique_ptr<Store>> makeEtcdStore(
+    std::shared_ptr<EtcdClient> client, std::string prefix,
+    std::optional<EtcdFence> fence = std::nullopt);
 
 // One agent's presence in a job whose rendezvous lives in etcd: its lease (kept alive on a thread
 // of its own), its key under "alive/" and its candidacy for the job's keeper. The agent that wins
