@@ -94,11 +94,21 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
     return expected(*localAddr, "a host name or address");
   }
 
-  config.runId = options.get("rdzv_id", "none").text;
+  const auto runId = options.get("rdzv_id", "none");
+  config.runId = runId.text;
+  // The run id names the run's log directory (<log_dir>/<run id>) and its keys.
+  if (config.runId.find('/') != std::string::npos || config.runId == "." || config.runId == "..") {
+    return expected(runId, "an id without '/' (it names the run's log directory), e.g. job-42");
+  }
   if (standalone) {
     if (options.find("rdzv_backend") || options.find("rdzv_endpoint") || options.find("rdzv_id")) {
       plan.warnings.emplace_back(
           "--standalone ignores --rdzv_backend, --rdzv_endpoint and --rdzv_id");
+    }
+    if (masterPort) {
+      plan.warnings.push_back("--standalone serves its store on a free port: " +
+                              masterPort->source + "=" + masterPort->text +
+                              " is ignored (leave out --standalone to use it)");
     }
     plan.rdzvBackend = "c10d";
     config.runId = host.makeRunId();
@@ -444,11 +454,14 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     return expected(hangSetting, "a non-negative number of seconds (0 = off)");
   }
   config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   const auto hook = options.get("python_hook", "auto");
   if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
     return expected(hook, "auto, on or off");
   }
-  if (hook.text == "on" || (hook.text == "auto" && config.hangTimeout.count() > 0)) {
+  // --verbose's startup timeline reads the store and communicator times from the hook.
+  if (hook.text == "on" ||
+      (hook.text == "auto" && (config.hangTimeout.count() > 0 || config.verbose))) {
     static constexpr std::string_view kMissing =
         "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
         "dtrun";
@@ -457,13 +470,12 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     } else if (hook.text == "on") {
       return Status::error(Errc::kInvalidArgument,
                            std::string(kMissing) + ": reinstall dtrun, or pass --python_hook=off");
-    } else {
+    } else if (config.hangTimeout.count() > 0) {
       plan.notices.push_back("dtrun: " + std::string(kMissing) +
                              ": Python workers that do not import dtrun_progress are not judged "
                              "by --hang_timeout (reinstall dtrun to have them judged)");
     }
   }
-  DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
   DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
   return Status::ok();
 }
@@ -683,6 +695,20 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
     return expected(startMethod, "spawn, fork or forkserver");
   }
   DTRUN_TRY(resolveOutput(options, config));
+  if (config.localRanksFilter) {
+    std::string absent;
+    for (const int r : *config.localRanksFilter) {
+      if (r >= config.nprocPerNode) {
+        absent += (absent.empty() ? "" : ",") + std::to_string(r);
+      }
+    }
+    if (!absent.empty()) {
+      const bool none = *config.localRanksFilter->begin() >= config.nprocPerNode;  // sorted
+      plan.warnings.push_back("--local_ranks_filter: local rank(s) " + absent +
+                              " do not exist here (0.." + std::to_string(config.nprocPerNode - 1) +
+                              ")" + (none ? ": no worker's output reaches the console" : ""));
+    }
+  }
   DTRUN_TRY(resolveStopping(options, config));
   DTRUN_TRY(resolveRestarts(options, config));
   DTRUN_TRY(resolveInsight(options, host, plan));
@@ -691,22 +717,31 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   config.command = resolveCommand(program, options, host, module, noPython, runPath);
   config.entrypointName = program.front();
   const std::string& first = config.command.front();
+  const bool interpreted = config.command.front() != config.entrypointName;
+  // The interpreter as named: PYTHON_EXEC when set (a wrong one fails here, as a wrong program).
+  const std::string named =
+      interpreted && options.env("PYTHON_EXEC") ? first + " (PYTHON_EXEC)" : first;
   const auto executable = host.resolveProgram(first);
   if (!executable) {
-    return Status::error(Errc::kNotFound, "cannot run " + first + ": not found in PATH");
+    return Status::error(Errc::kNotFound, "cannot run " + named + ": not found in PATH");
   }
   config.executable = *executable;
-  // A script for the interpreter must exist: say so now, once, rather than through a Python
-  // traceback from every rank.
-  const bool interpreted = config.command.front() != config.entrypointName;
-  if (!interpreted && config.executable.find('/') != std::string::npos) {
+  if (config.executable.find('/') != std::string::npos) {
     if (const std::string why = host.whyNotRunnable(config.executable); !why.empty()) {
-      return Status::error(Errc::kNotFound, "cannot run " + config.entrypointName + ": " + why);
+      return Status::error(Errc::kNotFound,
+                           "cannot run " + (interpreted ? named : config.entrypointName) + ": " +
+                               why);
     }
   }
+  // A script for the interpreter must exist: say so now, once, rather than through a Python
+  // traceback from every rank.
   if (interpreted && !module && !host.fileExists(config.entrypointName)) {
+    const std::string why = host.whyNotRunnable(config.entrypointName);
     return Status::error(Errc::kNotFound,
-                         "cannot run " + config.entrypointName + ": No such file or directory");
+                         "cannot run " + config.entrypointName + ": " +
+                             (why.find("directory,") != std::string::npos
+                                  ? why
+                                  : std::string("No such file or directory")));
   }
 
   const bool bound = std::any_of(config.placement.begin(), config.placement.end(),

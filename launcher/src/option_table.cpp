@@ -13,11 +13,11 @@ namespace {
 
 constexpr std::array kOptions = {
     OptionSpec{"nnodes", "", Kind::kValue, true,
-               "Number of nodes, N or MIN:MAX (default 1:1; this dtrun runs a single node)"},
+               "Number of nodes, N or MIN:MAX (default 1:1: one node; one dtrun runs on each node)"},
     OptionSpec{"nproc_per_node", "", Kind::kValue, true,
                "Workers on this node: a positive integer, gpu, cpu or auto (default 1)"},
     OptionSpec{"rdzv_backend", "", Kind::kValue, true,
-               "Rendezvous backend: static or c10d (default static)"},
+               "Rendezvous backend: static, c10d or etcd (default static)"},
     OptionSpec{"rdzv_endpoint", "", Kind::kValue, true,
                "Rendezvous store host[:port] or [ipv6]:port (c10d's default port 29400)"},
     OptionSpec{"rdzv_id", "", Kind::kValue, true,
@@ -57,7 +57,7 @@ constexpr std::array kOptions = {
     OptionSpec{"master_addr", "", Kind::kValue, true,
                "Address workers reach the store at (static backend; default 127.0.0.1)"},
     OptionSpec{"master_port", "", Kind::kValue, true,
-               "Port of the store (static backend; default: a free port)"},
+               "Port of the store (static backend; default: a free port on one node, 29500 on several)"},
     OptionSpec{"local_addr", "", Kind::kValue, true,
                "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
     OptionSpec{"logs_specs", "", Kind::kValue, false,
@@ -140,7 +140,8 @@ constexpr std::array kOptions = {
                "worker's stack and fails the round (default 0: off)"},
     OptionSpec{"python_hook", "", Kind::kValue, false,
                "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
-               "workers' PYTHONPATH): auto (on with --hang_timeout), on or off (default auto)"},
+               "workers' PYTHONPATH): auto (on with --hang_timeout or --verbose), on or off (default "
+               "auto)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,

@@ -149,6 +149,14 @@ for entry in "$work/entry/does-not-exist" "$work/entry/a_dir" "$work/entry/no_ru
 done
 WANT_RC=127 expect_usage_error "chmod +x $work/entry/no_run_bit.sh" --no_python "$work/entry/no_run_bit.sh"
 WANT_RC=127 expect_usage_error "is a directory" --no_python "$work/entry/a_dir"
+# Issue 34: a directory named without --no_python (it was "No such file or directory"), and a
+# PYTHON_EXEC that does not exist (it exited 1 after the banner with health checks, 127 without).
+pushd "$work/entry" >/dev/null
+WANT_RC=127 expect_usage_error "cannot run a_dir: it is a directory" a_dir
+popd >/dev/null
+printf 'print(1)\n' >"$work/entry/ok.py"
+PYTHON_EXEC=$work/entry/no-python WANT_RC=127 expect_usage_error \
+  "cannot run $work/entry/no-python (PYTHON_EXEC): No such file or directory" "$work/entry/ok.py"
 cases=$((cases + 1))
 if [[ -e $work/entry/logs ]]; then
   failures=$((failures + 1))

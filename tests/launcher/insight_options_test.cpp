@@ -50,7 +50,7 @@ TEST_CASE("insight options take both spellings", "[unit][launcher]") {
   CHECK(p.config.verbose);
 }
 
-TEST_CASE("the Python hook comes with --hang_timeout unless switched", "[unit][launcher]") {
+TEST_CASE("the Python hook comes with --hang_timeout or --verbose unless switched", "[unit][launcher]") {
   const std::string dir = "/usr/share/dtrun/python";
   CHECK(planOk({"x.py"}).config.pythonHookDir.empty());
   auto withHang = plan({"--hang_timeout=5", "x.py"}, dir);
@@ -59,6 +59,11 @@ TEST_CASE("the Python hook comes with --hang_timeout unless switched", "[unit][l
   CHECK(plan({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir ==
         "");
   CHECK(plan({"--python-hook=on", "x.py"}, dir).value().config.pythonHookDir == dir);
+  // --verbose's timeline reads an unmodified torch script's store and communicator times from the
+  // hook (issue 34: it showed "-" for them unless --python_hook=on).
+  CHECK(plan({"--verbose", "x.py"}, dir).value().config.pythonHookDir == dir);
+  CHECK(plan({"--verbose", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir.empty());
+  CHECK(planOk({"--verbose", "x.py"}).notices.empty());  // not installed: nothing to judge
   // Not installed: a notice with auto (the job still runs), an error when asked for.
   const auto notInstalled = planOk({"--hang_timeout=5", "x.py"});
   CHECK(notInstalled.config.pythonHookDir.empty());

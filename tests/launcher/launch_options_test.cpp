@@ -448,6 +448,29 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
     CHECK(p.warnings == std::vector<std::string>{
                             "--standalone ignores --rdzv_backend, --rdzv_endpoint and --rdzv_id"});
   }
+  SECTION("--standalone says it ignores --master_port (issue 34)") {
+    const auto p = planOk({"--standalone", "--master_port=29999", "x.py"});
+    CHECK(p.config.storePort == 0);
+    CHECK(p.warnings == std::vector<std::string>{
+                            "--standalone serves its store on a free port: --master_port=29999 is "
+                            "ignored (leave out --standalone to use it)"});
+  }
+  SECTION("an --rdzv_id with '/' is refused, naming itself, not --log_dir (issue 34)") {
+    const auto bad = plan({"--rdzv_id=a/b", "x.py"});
+    REQUIRE_FALSE(bad.isOk());
+    CHECK(bad.status().message() ==
+          "--rdzv_id: expected an id without '/' (it names the run's log directory), e.g. job-42, "
+          "got 'a/b'");
+  }
+  SECTION("--local_ranks_filter naming absent local ranks is said (issue 34)") {
+    const auto none = planOk({"--nproc_per_node=2", "--local_ranks_filter=5", "x.py"});
+    CHECK(none.warnings == std::vector<std::string>{
+                               "--local_ranks_filter: local rank(s) 5 do not exist here (0..1): no "
+                               "worker's output reaches the console"});
+    const auto some = planOk({"--nproc_per_node=2", "--local_ranks_filter=1,5", "x.py"});
+    CHECK(some.warnings ==
+          std::vector<std::string>{"--local_ranks_filter: local rank(s) 5 do not exist here (0..1)"});
+  }
   SECTION("an empty --rdzv_id gets a random one") {
     const auto p = planOk({"--rdzv_id=", "x.py"});
     CHECK(p.config.runId == "generated-id");
