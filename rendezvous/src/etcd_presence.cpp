@@ -31,8 +31,8 @@ class EtcdAgentPresence final : public EtcdPresence {
         agentId_(std::move(agentId)),
         ttl_(ttl),
         onLeaseLost_(std::move(onLeaseLost)),
-        aliveDir_(prefix_ + "dtrun/" + jobId_ + "/alive/"),
-        leaderKey_(prefix_ + "dtrun/" + jobId_ + "/keeper_leader") {}
+        aliveDir_(prefix_ + "alive/"),
+        leaderKey_(prefix_ + "keeper_leader") {}
 
   EtcdAgentPresence(const EtcdAgentPresence&) = delete;
   EtcdAgentPresence& operator=(const EtcdAgentPresence&) = delete;

@@ -33,7 +33,10 @@ std::string describeKeys(std::span<const std::string> keys) {
 class EtcdStore final : public Store {
  public:
   EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, std::optional<EtcdFence> fence)
-      : client_(std::move(client)), prefix_(std::move(prefix)), fence_(std::move(fence)) {
+      : client_(std::move(client)),
+        prefix_(std::move(prefix)),
+        jobNamespace_(jobNamespaceOf(prefix_)),
+        fence_(std::move(fence)) {
     std::random_device seed;
     id_ = std::to_string(seed()) + std::to_string(seed());
   }
@@ -289,7 +292,25 @@ class EtcdStore final : public Store {
   [[nodiscard]] std::string peer() const override { return "etcd at " + client_->endpoints(); }
 
  private:
-  [[nodiscard]] std::string full(std::string_view key) const { return prefix_ + std::string(key); }
+  // The round protocol and the agents name a job's keys "dtrun/<run id>/...", as they must on a
+  // store that several jobs share; a job's etcd prefix ("/dtrun/<run id>/") is its own already,
+  // so that part is not repeated under it.
+  [[nodiscard]] std::string full(std::string_view key) const {
+    if (!jobNamespace_.empty() && key.starts_with(jobNamespace_)) {
+      key.remove_prefix(jobNamespace_.size());
+    }
+    return prefix_ + std::string(key);
+  }
+  // "dtrun/<last segment>/" of a prefix "/.../<last segment>/".
+  static std::string jobNamespaceOf(const std::string& prefix) {
+    if (prefix.size() < 2 || !prefix.ends_with('/')) {
+      return {};
+    }
+    const auto start = prefix.rfind('/', prefix.size() - 2);
+    return start == std::string::npos
+               ? std::string()
+               : "dtrun/" + prefix.substr(start + 1, prefix.size() - start - 1);
+  }
   // Reads of keys[at, at + kTxnOps): one transaction's worth.
   [[nodiscard]] std::vector<EtcdOp> getsOf(std::span<const std::string> keys,
                                            std::size_t at) const {
@@ -411,6 +432,7 @@ class EtcdStore final : public Store {
 
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;
+  std::string jobNamespace_;  // "dtrun/<run id>/", the part of a key that prefix_ already says
   std::optional<EtcdFence> fence_;
   std::string id_;
   std::uint64_t pushes_ = 0;

@@ -715,6 +715,9 @@ class Keeper {
   }
 
   void finish(const std::string& why) {
+    if (finished_) {
+      return;  // a later bye of the same batch: the job is done once
+    }
     log::rdzv().info("keeper of job '{}' done: {}", jobId_, why);
     static_cast<void>(store_->set(keys_.finished(), why));
     finished_ = true;

@@ -105,7 +105,10 @@ class StoreRoundMember final : public RoundMember {
       }
       // A spare, or a late arrival the keeper moves into the next round: wait for this one to
       // end (spares wait as long as the job runs), then join the next.
-      log::rdzv().info("job '{}' round {} is full: waiting as a spare", jobId_, r);
+      log::rdzv().info(
+          "job '{}' round {} has no place for this node now (it is full, or already runs): "
+          "waiting as a spare for its end",
+          jobId_, r);
       DTRUN_ASSIGN_OR_RETURN(auto end, waitEnd(cancel));
       if (end.kind == RoundEnd::Kind::kSuccess) {
         return JoinOutcome{true, {}, end};  // the job succeeded without this spare

@@ -393,6 +393,22 @@ std::vector<JoinOutcome> joinAll(const std::vector<RoundMember*>& members) {
 }  // namespace
 }  // namespace dtrun::rdzv
 
+TEST_CASE("etcd store: a job's keys are not its prefix twice", "[integration][rdzv][etcd]") {
+  // Issue 34: keys were stored under /dtrun/J/dtrun/J/...; the job's "dtrun/J/" is its prefix.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  auto store = storeOf(client, "/dtrun/j7/");
+  REQUIRE(store->set("dtrun/j7/round", "3").isOk());
+  REQUIRE(store->set("dtrun/other/x", "1").isOk());  // another namespace stays as it is
+  CHECK(client->get("/dtrun/j7/round").value()->value == "3");
+  CHECK(client->get("/dtrun/j7/dtrun/other/x").value()->value == "1");
+  CHECK(store->get("dtrun/j7/round").value() == "3");
+  CHECK_FALSE(client->get("/dtrun/j7/dtrun/j7/round").value().has_value());
+}
+
 TEST_CASE("etcd store: a fenced store writes nothing once its leader key is another's",
           "[integration][rdzv][etcd]") {
   // Issue 34, bug 2: a keeper paused past its lease wrote a stale round over the live keeper's.
