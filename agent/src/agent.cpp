@@ -793,6 +793,7 @@ class Agent {
                                       [](const detail::HangRank& r) { return r.suspect; });
     WorkerFailure failure;
     failure.localRank = -1;  // a rank of another node
+    failure.rank = -1;       // none, when no rank is to blame
     if (suspect != diagnosis.ranks.end()) {
       failure.rank = suspect->rank;
       failure.pid = suspect->pid;

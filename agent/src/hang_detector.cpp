@@ -157,6 +157,10 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
           suspects.push_back(r);
         }
       }
+    } else if (suspects.size() == judged.size() && judged.size() > 1 && !someoneWaits) {
+      // Every rank computes, none inside an operation: nobody waits for anybody, so no rank is
+      // to blame (the first to leave its last operation is not the cause).
+      suspects.clear();
     } else if (suspects.size() == judged.size() && judged.size() > 1) {
       // Everyone in the same operation: the one that entered it first waits the longest.
       suspects = {*std::min_element(judged.begin(), judged.end(), [](auto* a, auto* b) {
@@ -193,7 +197,10 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
       othersBySignature[{s.opStartNs != 0, describeOp(s)}].push_back(r->rank);
     }
   }
-  diagnosis.summary = suspectText;
+  diagnosis.summary = suspects.empty()
+                          ? "no rank is inside a collective: every rank computed longer than "
+                            "--hang_timeout since its last operation"
+                          : suspectText;
   for (const auto& [where, list] : othersBySignature) {
     const bool many = list.size() > 1;
     diagnosis.summary += std::string(many ? "; ranks " : "; rank ") + rankRanges(list) + " ";

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attempt_policy.h"
 #include "json_text.h"
 
 #include "dtrun/placement.h"
@@ -124,7 +125,7 @@ json attemptJson(const JobRecord& job, const AttemptRecord& a) {
 }
 
 json failureJson(const WorkerFailure& f, const std::string& host) {
-  json out = {{"rank", f.rank},
+  json out = {{"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)},
               {"local_rank", f.localRank >= 0 ? json(f.localRank) : json(nullptr)},
               {"host", f.host.empty() ? host : f.host},
               {"node_rank", f.nodeRank >= 0 ? json(f.nodeRank) : json(nullptr)},
@@ -235,7 +236,11 @@ std::string formatSummary(const JobRecord& job) {
     }
     out << "\n";
   }
-  if (job.rootCause) {
+  if (job.rootCause && job.hang && !job.rootCause->status.signaled &&
+      job.rootCause->status.code == kExitHang) {
+    // dtrun stopped the ranks itself: the hang is the cause, not the exit code it gave them.
+    out << "  root cause: hang: " << job.hang->summary << "\n";
+  } else if (job.rootCause) {
     const WorkerFailure& f = *job.rootCause;
     out << "  root cause: rank " << f.rank << " (local rank " << f.localRank << ", pid " << f.pid
         << ") on " << (f.host.empty() ? job.host : f.host) << ": " << f.status.describe() << "\n";

@@ -91,6 +91,24 @@ TEST_CASE("a rank outside any operation while the others wait is the suspect", "
         "ranks 0,2 wait in barrier #4 (group world)");
 }
 
+TEST_CASE("every rank computing past the timeout, none in an operation: no rank is blamed",
+          "[unit][agent]") {
+  // Issue 34: rank 0 (the first to leave its last operation) was named the root cause.
+  const std::vector<RankProgress> ranks = {rank(0, 4, "all_reduce", "world", -1, 20),
+                                           rank(1, 4, "all_reduce", "world", -1, 21),
+                                           rank(2, 4, "all_reduce", "world", -1, 22)};
+  const auto d = diagnoseHang(ranks, 40 * kSecond, 10s);
+  REQUIRE(d);
+  CHECK(d->reason == "no_progress");
+  CHECK(d->summary ==
+        "no rank is inside a collective: every rank computed longer than --hang_timeout since "
+        "its last operation; ranks 0-2 are outside any operation (last: all_reduce #4 (group "
+        "world))");
+  for (const auto& r : d->ranks) {
+    CHECK_FALSE(r.suspect);
+  }
+}
+
 TEST_CASE("a reporting rank with no operation while the others wait is the suspect",
           "[unit][agent]") {
   RankProgress silent = rank(1, 0, "", "", -1, 0);
