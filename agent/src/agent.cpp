@@ -18,6 +18,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 
 #include <signal.h>
@@ -160,7 +161,8 @@ class Agent {
   Status prepare() {
     // Handled signals and SIGCHLD arrive through a signalfd; blocked before the store's thread
     // exists, so that it inherits the mask.
-    std::vector<int> taken = {SIGCHLD};
+    // SIGTSTP (Ctrl-Z) and SIGCONT (fg): the workers stop and go on with dtrun.
+    std::vector<int> taken = {SIGCHLD, SIGTSTP, SIGCONT};
     taken.insert(taken.end(), config_.signalsToHandle.begin(), config_.signalsToHandle.end());
     taken.insert(taken.end(), config_.signalsToForward.begin(), config_.signalsToForward.end());
     const sigset_t set = signals::block(taken);
@@ -345,11 +347,24 @@ class Agent {
       group_.noticeStops();
       return;
     }
+    const auto& handled = config_.signalsToHandle;
+    if (sig == SIGTSTP && std::find(handled.begin(), handled.end(), sig) == handled.end()) {
+      // Workers run in process groups of their own: Ctrl-Z reaches dtrun alone.
+      log::agent().info("received SIGTSTP: stopping every worker, then dtrun (fg resumes them)");
+      group_.suspend();
+      ::raise(SIGSTOP);
+      return;
+    }
+    if (sig == SIGCONT) {
+      group_.resume();
+      return;
+    }
     const auto& forwarded = config_.signalsToForward;
     if (std::find(forwarded.begin(), forwarded.end(), sig) != forwarded.end()) {
       log::agent().info("received {}: forwarding it to every worker (the job keeps running)",
                         detail::signalName(sig));
       log_.signalReceived(sig, false);
+      forwardedSignals_.insert(sig);
       group_.signalAll(sig);
       return;
     }
@@ -723,6 +738,12 @@ class Agent {
       failure.time = std::chrono::system_clock::now();
       log::agent().warn("rank {} (pid {}) failed: {}; stopping the worker group", w.rank,
                         failure.pid, status.describe());
+      if (status.signaled && forwardedSignals_.count(status.code) != 0) {
+        log::agent().warn(
+            "rank {} died of {}, which dtrun forwarded to it: a worker that does not handle it "
+            "ends (list it in --signals_to_handle to stop the job on it instead)",
+            w.rank, detail::signalName(status.code));
+      }
       stopReason_ = StopReason::kFailure;
       beginStop(SIGTERM);
       describeFromFiles(failure, w.dir);
@@ -1003,6 +1024,7 @@ class Agent {
   std::optional<long long> iterationAtStart_;  // --progress_file's number when the attempt began
   StopReason stopReason_ = StopReason::kNone;
   int stopSignal_ = 0;
+  std::set<int> forwardedSignals_;  // --signals_forwarded ones that reached the workers
   bool hangThisAttempt_ = false;  // this attempt's failure is a detected hang
   bool attemptSettled_ = false;   // the group is down and settled; the policy has been asked
   int startupExitCode_ = 0;

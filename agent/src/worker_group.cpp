@@ -286,6 +286,18 @@ void WorkerGroup::reapOrphans() {
   }
 }
 
+void WorkerGroup::suspend() {
+  suspended_ = true;
+  signalAll(SIGSTOP);
+}
+
+void WorkerGroup::resume() {
+  if (suspended_) {
+    suspended_ = false;
+    signalAll(SIGCONT);
+  }
+}
+
 void WorkerGroup::noticeStops() {
   for (const auto& w : workers_) {
     if (!w.child || !w.child->running()) {
@@ -298,6 +310,9 @@ void WorkerGroup::noticeStops() {
       continue;  // running (a stop is reported once; the exit stays for its pidfd)
     }
     const int signal = info.si_status;
+    if (suspended_) {
+      continue;  // dtrun stopped them itself (Ctrl-Z)
+    }
     if (signal != SIGTTIN && signal != SIGTTOU) {
       log::agent().warn("rank {} (pid {}) is stopped by {}; it goes on after kill -CONT {}",
                         w.rank, pid, signalName(signal), pid);

@@ -97,6 +97,9 @@ class WorkerGroup {
   // Reaps children re-parented to this subreaper (the agent is one); workers and other owned
   // children are left to their owners. Call on SIGCHLD.
   void reapOrphans();
+  // Ctrl-Z and fg: every worker's group stops (SIGSTOP), and goes on (SIGCONT).
+  void suspend();
+  void resume();
   // Workers that stopped without exiting (SIGTTIN from reading the terminal, SIGSTOP): one that
   // reads the terminal gets it when dtrun can lend it; the others are named. Call on SIGCHLD.
   void noticeStops();
@@ -125,6 +128,7 @@ class WorkerGroup {
   std::shared_ptr<DuplicateSink> stderrDuplicates_;
   std::shared_ptr<ConsoleOut> console_;           // dtrun's stdout and stderr, never blocking
   TerminalHandoff terminal_;                      // lent to a worker that reads it
+  bool suspended_ = false;                        // stopped by suspend(): noticeStops is quiet
   std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 

@@ -77,7 +77,9 @@ std::string launchBanner(const LaunchPlan& plan) {
     forwarded +=
         (forwarded.empty() ? "" : ",") + std::string(sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
   }
-  row("signals_forwarded", forwarded.empty() ? "(none)" : forwarded + " (the job keeps running)");
+  row("signals_forwarded",
+      forwarded.empty() ? "(none)"
+                        : forwarded + " (to every worker; the job goes on if they handle them)");
   row("shutdown_timeout",
       formatSeconds(static_cast<double>(config.shutdownTimeout.count()) / 1000) + " s");
   row("hang_timeout",

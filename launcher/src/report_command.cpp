@@ -30,6 +30,10 @@ int runReport(const ReportCommandOptions& options) {
     std::cerr << "dtrun report: " << options.report << ": " << page.status().message() << "\n";
     return 2;
   }
+  if (options.html == "-") {  // the page on stdout, as other tools take "-"
+    std::cout << page.value();
+    return std::cout ? 0 : 2;
+  }
   std::ofstream out(options.html, std::ios::trunc);
   out << page.value();
   out.close();
@@ -48,7 +52,8 @@ std::function<int()> addReportCommand(CLI::App& app) {
   CLI::App* report = app.add_subcommand(
       "report", "Render a run report (dtrun --report=FILE) as one self-contained HTML page");
   report->add_option("file", options->report, "The run report (JSON)")->required();
-  report->add_option("--html", options->html, "Write the HTML page here")->required();
+  report->add_option("--html", options->html, "Write the HTML page here (- for stdout)")
+      ->required();
   return [report, options]() { return report->parsed() ? runReport(*options) : -1; };
 }
 

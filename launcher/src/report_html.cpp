@@ -240,7 +240,11 @@ Result<std::string> reportHtml(std::string_view reportJson) {
   }
   table += "</table>\n";
 
-  const std::string title = "dtrun run " + str(report, "run_id") + ": " + str(report, "outcome");
+  // Without --rdzv_id the run id is torchrun's "none": the entrypoint says more.
+  const std::string runId = str(report, "run_id");
+  const std::string title =
+      (runId == "none" ? "dtrun: " + str(report, "entrypoint") : "dtrun run " + runId) + ": " +
+      str(report, "outcome");
   std::string page = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
                      escape(title) + "</title>\n<style>\n" +
                      "body{font:14px sans-serif;margin:16px;color:#222}"

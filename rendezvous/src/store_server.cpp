@@ -152,8 +152,16 @@ class AsioStoreServer final : public StoreServer {
         return;
       }
       if (ec) {
-        // Usually EMFILE: back off briefly instead of spinning on a listener we cannot drain.
-        log::rdzv().warn("accept failed: {}; retrying in 100ms", ec.message());
+        // Usually EMFILE: back off briefly instead of spinning on a listener we cannot drain,
+        // and say so once per spell, with the fix, not ten times a second.
+        if (!acceptFailing_) {
+          acceptFailing_ = true;
+          log::rdzv().warn(
+              "store: cannot accept connections: {}; retrying every 100 ms{}", ec.message(),
+              ec == asio::error::no_descriptors
+                  ? " (this process's open files are at their limit: raise it with ulimit -n)"
+                  : "");
+        }
         retryTimer_.expires_after(std::chrono::milliseconds(100));
         retryTimer_.async_wait([this](const error_code& timerEc) {
           if (!timerEc) {
@@ -161,6 +169,10 @@ class AsioStoreServer final : public StoreServer {
           }
         });
         return;
+      }
+      if (acceptFailing_) {
+        acceptFailing_ = false;
+        log::rdzv().info("store: accepting connections again");
       }
       error_code ignored;
       if (core_.sessionCount() >= core_.connectionLimits().maxConnections) {
@@ -199,6 +211,7 @@ class AsioStoreServer final : public StoreServer {
   detail::ServerCore core_;  // stop() closes every session before any member is destroyed
   tcp::acceptor acceptor_;
   asio::steady_timer retryTimer_;
+  bool acceptFailing_ = false;  // in a spell of failed accepts (said once, at its start)
   std::uint16_t port_ = 0;
   detail::ClientId nextClient_ = 1;
   std::uint64_t refused_ = 0;

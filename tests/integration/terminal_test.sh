@@ -5,6 +5,7 @@
 #     without it the rank hung, stopped by SIGTTIN, and dtrun said nothing.
 # (2) a worker stopped by SIGSTOP is named; SIGTERM to dtrun then stops the job at once (the
 #     stop signal comes with SIGCONT), not after --shutdown_timeout.
+# (3) Ctrl-Z stops the workers with dtrun, SIGCONT resumes them all.
 #   bash tests/integration/terminal_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
@@ -40,6 +41,65 @@ text = out.decode(errors="replace")
 if os.waitstatus_to_exitcode(status) != 0 or "got bob" not in text or "reads the terminal" not in text:
     sys.exit(f"exit {os.waitstatus_to_exitcode(status)}; printed:\n{text[-1500:]}")
 print("terminal_test: input() at a terminal: the rank got the terminal and read 'bob'")
+PY
+
+# (3) Ctrl-Z at the terminal stops dtrun and its workers (they run in groups of their own, which
+#     the terminal's SIGTSTP does not reach); SIGCONT (the shell's fg) resumes them all.
+"$PYTHON" - "$DTRUN" "$work" <<'PY' || die "Ctrl-Z"
+import os, pty, select, signal, sys, time
+dtrun, work = sys.argv[1:3]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(dtrun, [dtrun, "--nproc_per_node=1", "--log_dir=" + work + "/tstp", "--rdzv_id=z",
+                     "--no_python", "/bin/sh", "-c",
+                     'echo $$ > "$DTRUN_LOG_DIR/pid"; sleep 2; echo finished'])
+def state(p):
+    with open(f"/proc/{p}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+out = b""
+def pump(seconds):
+    global out
+    end = time.time() + seconds
+    while time.time() < end:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                out += os.read(fd, 4096)
+            except OSError:
+                return
+pidfile = work + "/tstp/z/attempt_0/0/pid"
+for _ in range(100):
+    if os.path.exists(pidfile) and open(pidfile).read().strip():
+        break
+    pump(0.1)
+worker = int(open(pidfile).read())
+os.write(fd, b"\x1a")  # Ctrl-Z
+done, status = 0, 0
+for _ in range(100):
+    done, status = os.waitpid(pid, os.WUNTRACED | os.WNOHANG)
+    if done:
+        break
+    pump(0.05)
+if not (done and os.WIFSTOPPED(status)):
+    os.kill(pid, 9)
+    sys.exit("dtrun did not stop on Ctrl-Z")
+time.sleep(0.3)
+if state(worker) != "T":
+    os.kill(pid, signal.SIGCONT)
+    os.kill(pid, 9)
+    sys.exit(f"the worker runs on (state {state(worker)}) while dtrun is stopped")
+os.kill(pid, signal.SIGCONT)  # fg
+code = None
+end = time.time() + 30
+while time.time() < end and code is None:
+    pump(0.1)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        code = os.waitstatus_to_exitcode(status)
+if code != 0 or b"finished" not in out:
+    if code is None:
+        os.kill(pid, 9)
+    sys.exit(f"after fg: exit {code}; printed:\n{out.decode(errors='replace')[-1500:]}")
+print("terminal_test: Ctrl-Z stopped dtrun and its worker; SIGCONT resumed both")
 PY
 
 "$DTRUN" --nproc_per_node=2 --shutdown_timeout=20 --log_dir="$work/logs" --rdzv_id=stopped \
