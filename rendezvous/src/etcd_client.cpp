@@ -488,6 +488,15 @@ class GatewayClient final : public EtcdClient {
           return notDone(path, why, unreachable);
         }
       }
+      if (turn == 0) {  // said once per request, within a second: nobody waits in silence
+        std::string text;
+        for (const auto& w : why) {
+          text += w.empty() ? "" : (text.empty() ? "" : "; ") + w;
+        }
+        log::rdzv().warn("waiting for etcd at {} ({}): retrying {} for up to {} s", endpoints(),
+                         text, path,
+                         std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+      }
       std::this_thread::sleep_for(
           std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
     }

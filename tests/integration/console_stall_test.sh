@@ -28,7 +28,7 @@ stalled() {
 stalled flood
 start=$SECONDS
 rc=0
-timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=3 --log_dir="$work/logs" --rdzv_id=flood \
+timeout -k 5 "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=3 --log_dir="$work/logs" --rdzv_id=flood \
   --no_python "$work/flood.sh" >"$work/flood.fifo" 2>"$work/flood.err" </dev/null || rc=$?
 [[ $rc -eq 0 ]] || die "flood: dtrun exited $rc, want 0 (124: it stalled on the unread console)"
 for r in 0 1; do
