@@ -1025,8 +1025,8 @@ class Agent {
   StopReason stopReason_ = StopReason::kNone;
   int stopSignal_ = 0;
   std::set<int> forwardedSignals_;  // --signals_forwarded ones that reached the workers
-  bool hangThisAttempt_ = false;  // this attempt's failure is a detected hang
-  bool attemptSettled_ = false;   // the group is down and settled; the policy has been asked
+  bool hangThisAttempt_ = false;    // this attempt's failure is a detected hang
+  bool attemptSettled_ = false;     // the group is down and settled; the policy has been asked
   int startupExitCode_ = 0;
   const detail::OomKillCount oomKills_ = detail::OomKillCount::ofThisProcess();
   std::optional<long long> oomKillsBefore_;  // the cgroup's OOM kills when the attempt began

@@ -153,26 +153,11 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
 
 std::string signalName(int signal) {
   static constexpr std::array<std::pair<int, const char*>, 21> kNames = {{
-      {SIGHUP, "SIGHUP"},
-      {SIGINT, "SIGINT"},
-      {SIGQUIT, "SIGQUIT"},
-      {SIGILL, "SIGILL"},
-      {SIGTRAP, "SIGTRAP"},
-      {SIGABRT, "SIGABRT"},
-      {SIGBUS, "SIGBUS"},
-      {SIGFPE, "SIGFPE"},
-      {SIGKILL, "SIGKILL"},
-      {SIGUSR1, "SIGUSR1"},
-      {SIGSEGV, "SIGSEGV"},
-      {SIGUSR2, "SIGUSR2"},
-      {SIGPIPE, "SIGPIPE"},
-      {SIGALRM, "SIGALRM"},
-      {SIGTERM, "SIGTERM"},
-      {SIGXCPU, "SIGXCPU"},
-      {SIGCONT, "SIGCONT"},
-      {SIGSTOP, "SIGSTOP"},
-      {SIGTSTP, "SIGTSTP"},
-      {SIGTTIN, "SIGTTIN"},
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
       {SIGTTOU, "SIGTTOU"},
   }};
   for (const auto& [number, name] : kNames) {

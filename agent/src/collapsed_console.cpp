@@ -2,7 +2,6 @@
 
 #include <string>
 
-
 namespace dtrun::agent::detail {
 
 void writeCollapsed(ConsoleOut& console, const std::vector<CollapsedLine>& lines) {
@@ -26,8 +25,7 @@ void writeCollapsed(ConsoleOut& console, const std::vector<CollapsedLine>& lines
   flush();
 }
 
-CollapsedConsole::CollapsedConsole(boost::asio::io_context& io,
-                                   std::shared_ptr<ConsoleOut> console,
+CollapsedConsole::CollapsedConsole(boost::asio::io_context& io, std::shared_ptr<ConsoleOut> console,
                                    std::chrono::milliseconds window)
     : timer_(io), console_(std::move(console)), collapse_(window, 0) {}
 

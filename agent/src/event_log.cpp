@@ -10,9 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_text.h"
-
 #include "fd_io.h"
+#include "json_text.h"
 
 namespace dtrun::agent::detail {
 namespace {
@@ -72,18 +71,18 @@ void EventLog::write(const std::string& event, Clock::time_point at, const std::
 void EventLog::agentStarted(const JobRecord& job) {
   write("agent_started", job.agentStart,
         jsonText(json{{"entrypoint", job.entrypoint},
-             {"nproc_per_node", job.nprocPerNode},
-             {"min_nodes", job.minNodes},
-             {"max_nodes", job.maxNodes},
-             {"max_restarts", job.maxRestarts}}));
+                      {"nproc_per_node", job.nprocPerNode},
+                      {"min_nodes", job.minNodes},
+                      {"max_nodes", job.maxNodes},
+                      {"max_restarts", job.maxRestarts}}));
 }
 
 void EventLog::attemptBegun(const AttemptRecord& a, const AttemptRecord* previous) {
   if (previous != nullptr && a.attempt > previous->attempt) {
     write("restart", a.started,
           jsonText(json{{"restart", a.attempt},
-               {"after_attempt", previous->attempt},
-               {"after_cause", previous->cause}}));
+                        {"after_attempt", previous->attempt},
+                        {"after_cause", previous->cause}}));
   }
   if (!a.round) {
     return;
@@ -93,10 +92,10 @@ void EventLog::attemptBegun(const AttemptRecord& a, const AttemptRecord* previou
   }
   write("round_closed", a.roundClosed.value_or(a.started),
         jsonText(json{{"round", *a.round},
-             {"node_rank", a.nodeRank},
-             {"node_count", a.nodeCount},
-             {"world_size", a.worldSize},
-             {"ranks", ranksOf(a)}}));
+                      {"node_rank", a.nodeRank},
+                      {"node_count", a.nodeCount},
+                      {"world_size", a.worldSize},
+                      {"ranks", ranksOf(a)}}));
 }
 
 void EventLog::attemptStarted(const AttemptRecord& a) {
@@ -106,10 +105,10 @@ void EventLog::attemptStarted(const AttemptRecord& a) {
   }
   write("attempt_started", a.spawned.value_or(a.started),
         jsonText(json{{"attempt", a.attempt},
-             {"round", a.round ? json(*a.round) : json(nullptr)},
-             {"world_size", a.worldSize},
-             {"ranks", ranksOf(a)},
-             {"pids", pids}}));
+                      {"round", a.round ? json(*a.round) : json(nullptr)},
+                      {"world_size", a.worldSize},
+                      {"ranks", ranksOf(a)},
+                      {"pids", pids}}));
 }
 
 void EventLog::workerExited(const AttemptRecord& a, const RankRecord& r) {
@@ -121,12 +120,13 @@ void EventLog::workerExited(const AttemptRecord& a, const RankRecord& r) {
 void EventLog::attemptEnded(const AttemptRecord& a) {
   const auto ended = a.ended.value_or(Clock::now());
   write("attempt_ended", ended,
-        jsonText(json{{"attempt", a.attempt},
-             {"round", a.round ? json(*a.round) : json(nullptr)},
-             {"cause", a.cause},
-             {"message", a.message},
-             {"duration_s",
-              std::round(std::chrono::duration<double>(ended - a.started).count() * 1000) / 1000}}));
+        jsonText(json{
+            {"attempt", a.attempt},
+            {"round", a.round ? json(*a.round) : json(nullptr)},
+            {"cause", a.cause},
+            {"message", a.message},
+            {"duration_s",
+             std::round(std::chrono::duration<double>(ended - a.started).count() * 1000) / 1000}}));
 }
 
 void EventLog::hang(const AttemptRecord& a, const HangRecord& h) {
@@ -138,9 +138,9 @@ void EventLog::hang(const AttemptRecord& a, const HangRecord& h) {
   }
   write("hang", h.detectedAt,
         jsonText(json{{"attempt", a.attempt},
-             {"reason", h.reason},
-             {"summary", h.summary},
-             {"suspects", suspects}}));
+                      {"reason", h.reason},
+                      {"summary", h.summary},
+                      {"suspects", suspects}}));
 }
 
 void EventLog::signal(int sig, bool stops) {
@@ -149,9 +149,10 @@ void EventLog::signal(int sig, bool stops) {
 }
 
 void EventLog::jobEnded(const JobRecord& job) {
-  write(
-      "job_ended", job.ended.value_or(Clock::now()),
-      jsonText(json{{"outcome", job.outcome}, {"exit_code", job.exitCode}, {"attempts", job.attempts.size()}}));
+  write("job_ended", job.ended.value_or(Clock::now()),
+        jsonText(json{{"outcome", job.outcome},
+                      {"exit_code", job.exitCode},
+                      {"attempts", job.attempts.size()}}));
 }
 
 void EventLog::other(const std::string& event, const std::string& fieldsJson) {

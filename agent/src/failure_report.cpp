@@ -30,9 +30,9 @@ std::string describeFailure(const WorkerFailure& f, const std::string& host) {
       << "  host      : " << (f.host.empty() ? host : f.host)
       << (f.nodeRank >= 0 ? " (node " + std::to_string(f.nodeRank) + ")" : "") << "\n"
       << "  rank      : "
-      << (f.rank < 0 ? std::string("none (a hang no rank is to blame for)")
-                     : std::to_string(f.rank) + " (local_rank: " + std::to_string(f.localRank) +
-                           ")")
+      << (f.rank < 0
+              ? std::string("none (a hang no rank is to blame for)")
+              : std::to_string(f.rank) + " (local_rank: " + std::to_string(f.localRank) + ")")
       << "\n"
       << "  exitcode  : " << exitcode << " (pid: " << f.pid << ")\n"
       << "  error_file: " << (f.errorFile.empty() ? "<N/A>" : f.errorFile) << "\n";

@@ -21,10 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_text.h"
-
 #include "dtrun/rendezvous.h"
 
+#include "json_text.h"
 #include "log.h"
 #include "run_report.h"
 #include "tcp_probe.h"

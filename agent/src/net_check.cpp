@@ -16,9 +16,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
-#include "json_text.h"
-
 #include "child_process.h"
+#include "json_text.h"
 
 namespace dtrun::agent::detail {
 

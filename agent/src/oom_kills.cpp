@@ -64,10 +64,9 @@ OomKillCount OomKillCount::ofCgroup(const std::string& dir) {
 }
 
 OomKillCount OomKillCount::ofThisProcess() {
-  for (const auto& [controller, mount] :
-       {std::pair<std::string, std::string>{"", "/sys/fs/cgroup"},
-        {"", "/sys/fs/cgroup/unified"},
-        {"memory", "/sys/fs/cgroup/memory"}}) {
+  for (const auto& [controller, mount] : {std::pair<std::string, std::string>{"", "/sys/fs/cgroup"},
+                                          {"", "/sys/fs/cgroup/unified"},
+                                          {"memory", "/sys/fs/cgroup/memory"}}) {
     const auto path = cgroupPath(controller);
     if (!path) {
       continue;

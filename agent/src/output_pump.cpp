@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <cerrno>
+#include <filesystem>
 #include <string_view>
 #include <system_error>
 
@@ -103,9 +103,10 @@ void OutputPump::consume(const char* data, std::size_t n) {
       std::error_code ec;
       const auto path =
           std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(logFile_.get()), ec);
-      log::agent().warn("a worker's log file is cut short: {}: {}; other ranks' logs may lose "
-                        "lines too (the report names each one)",
-                        path.string(), logError_);
+      log::agent().warn(
+          "a worker's log file is cut short: {}: {}; other ranks' logs may lose "
+          "lines too (the report names each one)",
+          path.string(), logError_);
     }
   }
   if (mode_ == ConsoleMode::kRaw) {

@@ -22,8 +22,8 @@
 #include "dtrun/common.h"
 
 #include "collapsed_console.h"
-#include "console_out.h"
 #include "console_lines.h"
+#include "console_out.h"
 
 namespace dtrun::agent::detail {
 

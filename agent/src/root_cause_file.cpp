@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "json_text.h"
-
 #include "log.h"
 #include "run_report.h"
 
@@ -41,12 +40,13 @@ std::string rootCauseErrorJson(const WorkerFailure& root, const std::string& hos
                               (root.pid > 0 ? " (pid " + std::to_string(root.pid) + ")" : "");
   const auto seconds =
       std::chrono::duration_cast<std::chrono::seconds>(root.time.time_since_epoch()).count();
-  return jsonText(nlohmann::json{{"message",
-                         {{"message", summary},
-                          {"extraInfo",
-                           {{"py_callstack", root.message.empty() ? summary : root.message},
-                            {"timestamp", std::to_string(seconds)}}},
-                          {"errorCode", torchExitCode(root.status)}}}});
+  return jsonText(
+      nlohmann::json{{"message",
+                      {{"message", summary},
+                       {"extraInfo",
+                        {{"py_callstack", root.message.empty() ? summary : root.message},
+                         {"timestamp", std::to_string(seconds)}}},
+                       {"errorCode", torchExitCode(root.status)}}}});
 }
 
 std::string signalErrorJson(int pid, int signal) {

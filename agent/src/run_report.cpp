@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrun/placement.h"
+
 #include "attempt_policy.h"
 #include "json_text.h"
-
-#include "dtrun/placement.h"
 
 namespace dtrun::agent::detail {
 namespace {

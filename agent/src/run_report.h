@@ -25,8 +25,8 @@ struct RankRecord {
   int localRank = 0;
   pid_t pid = 0;
   std::string logDir;
-  std::optional<LocalPlacement> placement;             // what it was bound to and saw, if placed
-  std::optional<ExitStatus> exit;                      // unset: never started, or never reaped
+  std::optional<LocalPlacement> placement;  // what it was bound to and saw, if placed
+  std::optional<ExitStatus> exit;           // unset: never started, or never reaped
   std::string logError;  // why its log files lost bytes ("" = they have them all)
   std::optional<Clock::time_point> storeConnected;     // from the rank's progress file
   std::optional<Clock::time_point> communicatorReady;  // (libdtrt or the Python helper)

@@ -314,8 +314,8 @@ void WorkerGroup::noticeStops() {
       continue;  // dtrun stopped them itself (Ctrl-Z)
     }
     if (signal != SIGTTIN && signal != SIGTTOU) {
-      log::agent().warn("rank {} (pid {}) is stopped by {}; it goes on after kill -CONT {}",
-                        w.rank, pid, signalName(signal), pid);
+      log::agent().warn("rank {} (pid {}) is stopped by {}; it goes on after kill -CONT {}", w.rank,
+                        pid, signalName(signal), pid);
     } else if (terminal_.lend(pid)) {
       log::agent().info("rank {} (pid {}) reads the terminal: it has it until it exits", w.rank,
                         pid);

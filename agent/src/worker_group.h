@@ -126,9 +126,9 @@ class WorkerGroup {
   // This attempt's filtered_stdout.log / filtered_stderr.log (null without filters).
   std::shared_ptr<DuplicateSink> stdoutDuplicates_;
   std::shared_ptr<DuplicateSink> stderrDuplicates_;
-  std::shared_ptr<ConsoleOut> console_;           // dtrun's stdout and stderr, never blocking
-  TerminalHandoff terminal_;                      // lent to a worker that reads it
-  bool suspended_ = false;                        // stopped by suspend(): noticeStops is quiet
+  std::shared_ptr<ConsoleOut> console_;          // dtrun's stdout and stderr, never blocking
+  TerminalHandoff terminal_;                     // lent to a worker that reads it
+  bool suspended_ = false;                       // stopped by suspend(): noticeStops is quiet
   std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 

@@ -106,9 +106,9 @@ Status resolveRendezvous(const Resolver& options, const HostFacts& host, bool st
           "--standalone ignores --rdzv_backend, --rdzv_endpoint and --rdzv_id");
     }
     if (masterPort) {
-      plan.warnings.push_back("--standalone serves its store on a free port: " +
-                              masterPort->source + "=" + masterPort->text +
-                              " is ignored (leave out --standalone to use it)");
+      plan.warnings.push_back(
+          "--standalone serves its store on a free port: " + masterPort->source + "=" +
+          masterPort->text + " is ignored (leave out --standalone to use it)");
     }
     plan.rdzvBackend = "c10d";
     config.runId = host.makeRunId();
@@ -728,20 +728,19 @@ Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host) {
   config.executable = *executable;
   if (config.executable.find('/') != std::string::npos) {
     if (const std::string why = host.whyNotRunnable(config.executable); !why.empty()) {
-      return Status::error(Errc::kNotFound,
-                           "cannot run " + (interpreted ? named : config.entrypointName) + ": " +
-                               why);
+      return Status::error(
+          Errc::kNotFound,
+          "cannot run " + (interpreted ? named : config.entrypointName) + ": " + why);
     }
   }
   // A script for the interpreter must exist: say so now, once, rather than through a Python
   // traceback from every rank.
   if (interpreted && !module && !host.fileExists(config.entrypointName)) {
     const std::string why = host.whyNotRunnable(config.entrypointName);
-    return Status::error(Errc::kNotFound,
-                         "cannot run " + config.entrypointName + ": " +
-                             (why.find("directory,") != std::string::npos
-                                  ? why
-                                  : std::string("No such file or directory")));
+    return Status::error(Errc::kNotFound, "cannot run " + config.entrypointName + ": " +
+                                              (why.find("directory,") != std::string::npos
+                                                   ? why
+                                                   : std::string("No such file or directory")));
   }
 
   const bool bound = std::any_of(config.placement.begin(), config.placement.end(),

@@ -12,8 +12,9 @@ namespace dtrun::launcher {
 namespace {
 
 constexpr std::array kOptions = {
-    OptionSpec{"nnodes", "", Kind::kValue, true,
-               "Number of nodes, N or MIN:MAX (default 1:1: one node; one dtrun runs on each node)"},
+    OptionSpec{
+        "nnodes", "", Kind::kValue, true,
+        "Number of nodes, N or MIN:MAX (default 1:1: one node; one dtrun runs on each node)"},
     OptionSpec{"nproc_per_node", "", Kind::kValue, true,
                "Workers on this node: a positive integer, gpu, cpu or auto (default 1)"},
     OptionSpec{"rdzv_backend", "", Kind::kValue, true,
@@ -56,8 +57,9 @@ constexpr std::array kOptions = {
                "Rank of this node (static backend; default 0)"},
     OptionSpec{"master_addr", "", Kind::kValue, true,
                "Address workers reach the store at (static backend; default 127.0.0.1)"},
-    OptionSpec{"master_port", "", Kind::kValue, true,
-               "Port of the store (static backend; default: a free port on one node, 29500 on several)"},
+    OptionSpec{
+        "master_port", "", Kind::kValue, true,
+        "Port of the store (static backend; default: a free port on one node, 29500 on several)"},
     OptionSpec{"local_addr", "", Kind::kValue, true,
                "Address this node advertises (c10d: the workers' MASTER_ADDR)"},
     OptionSpec{"logs_specs", "", Kind::kValue, false,
@@ -138,10 +140,11 @@ constexpr std::array kOptions = {
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},
-    OptionSpec{"python_hook", "", Kind::kValue, false,
-               "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
-               "workers' PYTHONPATH): auto (on with --hang_timeout or --verbose), on or off (default "
-               "auto)"},
+    OptionSpec{
+        "python_hook", "", Kind::kValue, false,
+        "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
+        "workers' PYTHONPATH): auto (on with --hang_timeout or --verbose), on or off (default "
+        "auto)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,

@@ -9,11 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_text.h"
-
 #include "dtrun/etcd.h"
 
 #include "etcd_http.h"
+#include "json_text.h"
 #include "log.h"
 
 namespace dtrun::rdzv {
@@ -493,9 +492,9 @@ class GatewayClient final : public EtcdClient {
         for (const auto& w : why) {
           text += w.empty() ? "" : (text.empty() ? "" : "; ") + w;
         }
-        log::rdzv().warn("waiting for etcd at {} ({}): retrying {} for up to {} s", endpoints(),
-                         text, path,
-                         std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+        log::rdzv().warn(
+            "waiting for etcd at {} ({}): retrying {} for up to {} s", endpoints(), text, path,
+            std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
       }
       std::this_thread::sleep_for(
           std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
@@ -569,9 +568,10 @@ class GatewayClient final : public EtcdClient {
       const auto now = Clock::now();
       if (!giveUpAt) {
         giveUpAt = now + options_.timeout;
-        log::rdzv().warn("etcd at {}: {}: no endpoint answers ({}); trying again for up to {} s",
-                         endpoints(), path, tried,
-                         std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+        log::rdzv().warn(
+            "etcd at {}: {}: no endpoint answers ({}); trying again for up to {} s", endpoints(),
+            path, tried,
+            std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
       }
       if (now >= *giveUpAt) {
         return Status::connection("no etcd endpoint answered " + std::string(path) + " for " +

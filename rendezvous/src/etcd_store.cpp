@@ -440,8 +440,8 @@ class EtcdStore final : public Store {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client,
-                                             std::string prefix, std::optional<EtcdFence> fence) {
+Result<std::unique_ptr<Store>> makeEtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix,
+                                             std::optional<EtcdFence> fence) {
   if (!client) {
     return Status::invalidArgument("makeEtcdStore: no etcd client");
   }

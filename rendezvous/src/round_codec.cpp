@@ -129,14 +129,14 @@ std::optional<KeeperMessage> decodeMessage(const std::string& text) {
 
 std::string encodeSettings(const RoundSettings& s) {
   return jsonText(json{{"min", s.minNodes},
-              {"max", s.maxNodes},
-              {"max_restarts", s.maxRestarts},
-              {"join_ms", s.joinTimeout.count()},
-              {"last_call_ms", s.lastCallTimeout.count()},
-              {"close_ms", s.closeTimeout.count()},
-              {"keep_alive_ms", s.keepAliveInterval.count()},
-              {"keep_alive_max_attempt", s.keepAliveMaxAttempt},
-              {"max_no_progress", s.maxNoProgress}});
+                       {"max", s.maxNodes},
+                       {"max_restarts", s.maxRestarts},
+                       {"join_ms", s.joinTimeout.count()},
+                       {"last_call_ms", s.lastCallTimeout.count()},
+                       {"close_ms", s.closeTimeout.count()},
+                       {"keep_alive_ms", s.keepAliveInterval.count()},
+                       {"keep_alive_max_attempt", s.keepAliveMaxAttempt},
+                       {"max_no_progress", s.maxNoProgress}});
 }
 
 std::optional<RoundSettings> decodeSettings(const std::string& text) {

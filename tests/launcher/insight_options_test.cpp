@@ -50,7 +50,8 @@ TEST_CASE("insight options take both spellings", "[unit][launcher]") {
   CHECK(p.config.verbose);
 }
 
-TEST_CASE("the Python hook comes with --hang_timeout or --verbose unless switched", "[unit][launcher]") {
+TEST_CASE("the Python hook comes with --hang_timeout or --verbose unless switched",
+          "[unit][launcher]") {
   const std::string dir = "/usr/share/dtrun/python";
   CHECK(planOk({"x.py"}).config.pythonHookDir.empty());
   auto withHang = plan({"--hang_timeout=5", "x.py"}, dir);

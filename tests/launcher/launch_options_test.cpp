@@ -420,16 +420,14 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
     host.acceptsConnection = [](const std::string& h, int port) {
       return h == "127.0.0.1" && port == 29555;
     };
-    const auto served = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29555",
-                                "--rdzv_id=q", "x.py"},
-                               host);
+    const auto served = planOk(
+        {"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29555", "--rdzv_id=q", "x.py"}, host);
     REQUIRE(served.config.multiNode.has_value());
     CHECK_FALSE(served.config.multiNode->hostsStore);
     CHECK(served.config.masterAddr == "127.0.0.1");
     CHECK(served.config.storePort == 29555);
-    const auto free = planOk({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29556",
-                              "--rdzv_id=q", "x.py"},
-                             host);
+    const auto free = planOk(
+        {"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29556", "--rdzv_id=q", "x.py"}, host);
     CHECK_FALSE(free.config.multiNode.has_value());
     CHECK(free.config.storePortOption == "--rdzv_endpoint");
   }
@@ -468,8 +466,8 @@ TEST_CASE("rendezvous options choose the store and MASTER_ADDR", "[unit][launche
                                "--local_ranks_filter: local rank(s) 5 do not exist here (0..1): no "
                                "worker's output reaches the console"});
     const auto some = planOk({"--nproc_per_node=2", "--local_ranks_filter=1,5", "x.py"});
-    CHECK(some.warnings ==
-          std::vector<std::string>{"--local_ranks_filter: local rank(s) 5 do not exist here (0..1)"});
+    CHECK(some.warnings == std::vector<std::string>{
+                               "--local_ranks_filter: local rank(s) 5 do not exist here (0..1)"});
   }
   SECTION("an empty --rdzv_id gets a random one") {
     const auto p = planOk({"--rdzv_id=", "x.py"});
