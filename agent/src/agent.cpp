@@ -132,7 +132,9 @@ class Agent {
         inheritedEnv_(environSnapshot()),
         host_(hostName()),
         group_(io_, config, inheritedEnv_, host_,
-               [this](const detail::Worker& w, ExitStatus status) { onWorkerExited(w, status); }),
+               [this](const detail::Worker& w, ExitStatus status) {
+                 onWorkerExited(w, std::move(status));
+               }),
         log_(config, host_) {}
 
   int run() {
@@ -352,7 +354,7 @@ class Agent {
       // Workers run in process groups of their own: Ctrl-Z reaches dtrun alone.
       log::agent().info("received SIGTSTP: stopping every worker, then dtrun (fg resumes them)");
       group_.suspend();
-      ::raise(SIGSTOP);
+      static_cast<void>(::raise(SIGSTOP));
       return;
     }
     if (sig == SIGCONT) {

@@ -122,7 +122,7 @@ void AttemptLog::stopBegan() {
   }
 }
 
-void AttemptLog::exited(int localRank, ExitStatus status) {
+void AttemptLog::exited(int localRank, const ExitStatus& status) {
   if (!record_.attempts.empty()) {
     RankRecord& rank = attempt().ranks[static_cast<std::size_t>(localRank)];
     rank.exit = status;

@@ -33,7 +33,7 @@ class AttemptLog {
              std::optional<Clock::time_point> roundClosed);
   void started(const GroupStart& start, const WorkerGroup& group);
   void stopBegan();
-  void exited(int localRank, ExitStatus status);
+  void exited(int localRank, const ExitStatus& status);
 
   // Ends the current attempt (once; later calls do nothing): its cause from `reason`, its
   // message from the round's end, the signal or the first failure; the workers' startup

@@ -88,7 +88,7 @@ std::string OomKillCount::describeKill() const {
   std::ifstream in(limitFile_);
   long long limit = 0;
   if (in >> limit && limit > 0 && limit < kNoLimitAbove) {
-    text += " (cgroup limit " + std::to_string(limit / (1024 * 1024)) + " MiB)";
+    text += " (cgroup limit " + std::to_string(limit / (1024LL * 1024)) + " MiB)";
   }
   return text;
 }
