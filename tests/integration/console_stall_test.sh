@@ -54,13 +54,6 @@ for _ in $(seq 200); do  # both ranks printed everything (their logs are complet
   sleep 0.1
 done
 [[ $done_ranks -eq 2 ]] || die "term: the ranks' output did not reach their logs within 20 s"
-kill -TERM "$dtrun_pid"
-start=$SECONDS
-while running "$dtrun_pid" && ((SECONDS - start < 20)); do sleep 0.1; done
-running "$dtrun_pid" && die "term: dtrun still runs 20 s after SIGTERM"
-rc=0
-wait "$dtrun_pid" || rc=$?
-forget "$dtrun_pid"
-[[ $rc -eq 143 ]] || die "term: dtrun exited $rc after SIGTERM, want 143"
-pass "SIGTERM with an unread console: stopped in $((SECONDS - start)) s"
+stopped_by_term term "$dtrun_pid" 20
+pass "SIGTERM with an unread console: stopped in $took s"
 end_test

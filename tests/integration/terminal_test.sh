@@ -113,13 +113,6 @@ kill -STOP "$worker"
 for _ in $(seq 100); do grep -q "is stopped by SIGSTOP" "$work/stopped.out" && break; sleep 0.1; done
 grep -q "rank 1 (pid $worker) is stopped by SIGSTOP" "$work/stopped.out" ||
   die "stopped: the stopped worker was not named: $(tail -n 3 "$work/stopped.out")"
-kill -TERM "$dtrun_pid"
-start=$SECONDS
-while running "$dtrun_pid" && ((SECONDS - start < 15)); do sleep 0.1; done
-running "$dtrun_pid" && die "stopped: dtrun still runs $((SECONDS - start)) s after SIGTERM"
-rc=0
-wait "$dtrun_pid" || rc=$?
-forget "$dtrun_pid"
-[[ $rc -eq 143 ]] || die "stopped: dtrun exited $rc, want 143"
-pass "a stopped worker is named, and SIGTERM ends the job in $((SECONDS - start)) s"
+stopped_by_term stopped "$dtrun_pid" 15
+pass "a stopped worker is named, and SIGTERM ends the job in $took s"
 end_test

@@ -264,7 +264,8 @@ TEST_CASE("preemption signals are forwarded unless --signals_to_handle makes the
   const auto p = planOk({"x.py"}, host);
   CHECK(p.config.signalsToForward == std::vector<int>{SIGUSR1, SIGUSR2});
   CHECK(contains(launcher::launchBanner(p),
-                 "signals_forwarded   : SIGUSR1,SIGUSR2 (the job keeps running)"));
+                 "signals_forwarded   : SIGUSR1,SIGUSR2 (to every worker; the job goes on if they "
+                 "handle them)"));
   const auto q = planOk({"--signals_to_handle=SIGTERM,SIGUSR1", "x.py"}, host);
   CHECK(q.config.signalsToHandle == std::vector<int>{SIGTERM, SIGUSR1});
   CHECK(q.config.signalsToForward == std::vector<int>{SIGUSR2});

@@ -17,6 +17,8 @@
 #   work       a fresh directory; pids: background processes the test started
 #   forget <pid>     drops a reaped pid from pids, so the cleanup never signals a reused pid
 #   at_exit <command>    runs <command> on exit (in order of registration)
+#   stopped_by_term <label> <pid> <seconds>  SIGTERM to a background dtrun, which must exit 143
+#                    within <seconds> (else a FAIL naming <label>); `took` gets the seconds taken
 # On exit: every pid in pids is SIGKILLed and reaped, then the at_exit commands run, then work is
 # removed. No PET_* variable stays in the environment: each test sets its options itself.
 # shellcheck shell=bash disable=SC2034  # its variables are for the test that sources it
@@ -83,6 +85,16 @@ forget() {
   local p keep=()
   for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
   pids=("${keep[@]}")
+}
+stopped_by_term() {
+  local label=$1 pid=$2 limit=$3 start=$SECONDS status=0
+  kill -TERM "$pid"
+  while running "$pid" && ((SECONDS - start < limit)); do sleep 0.1; done
+  running "$pid" && die "$label: dtrun still runs $((SECONDS - start)) s after SIGTERM"
+  wait "$pid" || status=$?
+  forget "$pid"
+  [[ $status -eq 143 ]] || die "$label: dtrun exited $status after SIGTERM, want 143"
+  took=$((SECONDS - start))
 }
 exit_commands=()
 at_exit() { exit_commands+=("$*"); }
