@@ -8,6 +8,8 @@
 #   keeper   kill -9 of the agent that runs the keeper and serves the workers' store, in a
 #            --nnodes=2:3 job with --max_restarts=1: the two survivors re-rendezvous with a new
 #            keeper and a new workers' store host, and finish; the report says what happened
+#   paused   the keeper's agent frozen past its lease, resumed after another agent took over, then
+#            the new keeper killed: the resumed one writes nothing (fenced), the survivors finish
 #   elastic  a late node grows a 2:3 job; a spare of a 2:2 job takes a lost node's place
 #   tls      TLS with a client certificate (good), a wrong CA (one line, exit 2)
 #   auth     user/password (good), a wrong password (one line, exit 2)
@@ -152,6 +154,62 @@ else
   note_fail "keeper: the job never started"
 fi
 no_keys_left keeper keeper
+
+# --- paused: the keeper's agent frozen past its lease, resumed after another took over -------
+# Issue 34, bug 2: the resumed keeper wrote a stale round and a closed state over the live
+# keeper's; after kill -9 of the new keeper the survivors' workers succeeded but their agents
+# waited forever. Its writes are fenced on the leader key it made: it writes nothing, stops,
+# and its agent exits on its lost lease; the survivors finish.
+marker=$work/paused.go
+start paused_0 $(common paused 2:4) --local_addr=127.0.0.1 --nproc_per_node=1 "$WORKER" wait "$marker"
+wait_until 10 grep -qs "runs the keeper" "$work/paused_0.out" ||
+  note_fail "paused: the first agent did not say it runs the keeper"
+for i in 1 2 3; do
+  start "paused_$i" $(common paused 2:4) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+done
+if wait_until 30 bash -c "[[ \$(cat $work/logs/paused_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 4 ]]"; then
+  kill -STOP "${pid_of[paused_0]}"
+  frozen_at=$SECONDS
+  new_keeper=""
+  for _ in $(seq 150); do  # the lease (2 s) lapses, another agent takes over
+    for i in 1 2 3; do
+      grep -q "runs the keeper" "$work/paused_$i.out" && new_keeper=$i && break 2
+    done
+    sleep 0.1
+  done
+  # Frozen longer than a node may stay silent (10 s): its keeper's clock, on resume, would find
+  # every node silent, the stale judgement it must not write.
+  while ((SECONDS - frozen_at < 12)); do sleep 0.2; done
+  kill -CONT "${pid_of[paused_0]}"
+  if [[ -z $new_keeper ]]; then
+    note_fail "paused: no other agent took over the keeper while the first was frozen"
+  else
+    sleep 3  # the resumed keeper runs into its fence (or its lost lease) meanwhile
+    kill -9 "${pid_of[paused_$new_keeper]}"
+    finish "paused_$new_keeper"
+    wait_until 30 bash -c "cat $work/logs/paused_[123]/*/*/*/stdout.log 2>/dev/null | grep '^ENV' | grep -q 'GROUP_WORLD_SIZE=2 '" || true
+    touch "$marker"
+    ok=0
+    for i in 1 2 3; do
+      [[ $i -eq $new_keeper ]] || expect_rc "paused_$i" 0 || ok=1
+    done
+    finish paused_0
+    [[ $rc -ne 0 ]] || { note_fail "paused: the resumed agent exited 0 though its lease was gone"; ok=1; }
+    if grep -q "no longer leads\|no longer runs the keeper\|lease is gone\|lease expired" "$work/paused_0.out"; then
+      :
+    else
+      note_fail "paused: the resumed agent did not say it lost the keeper or its lease"
+      ok=1
+    fi
+    [[ $ok -eq 0 ]] &&
+      pass "paused: the frozen keeper's agent, resumed after a takeover, wrote nothing; after kill -9 of the new keeper the survivors finished"
+  fi
+else
+  note_fail "paused: the job never started"
+fi
+touch "$marker"
+no_keys_left paused paused
 
 # --- elastic: a late node grows the job; a spare replaces a lost node ------------------------
 for i in 0 1; do
