@@ -8,6 +8,7 @@
 #   keeper   kill -9 of the agent that runs the keeper and serves the workers' store, in a
 #            --nnodes=2:3 job with --max_restarts=1: the two survivors re-rendezvous with a new
 #            keeper and a new workers' store host, and finish; the report says what happened
+#   outage   the one etcd member killed and restarted 5 s later: the job waits for it, finishes
 #   paused   the keeper's agent frozen past its lease, resumed after another agent took over, then
 #            the new keeper killed: the resumed one writes nothing (fenced), the survivors finish
 #   elastic  a late node grows a 2:3 job; a spare of a 2:2 job takes a lost node's place
@@ -154,6 +155,37 @@ else
   note_fail "keeper: the job never started"
 fi
 no_keys_left keeper keeper
+
+# --- outage: the one etcd member killed and restarted 5 s later while the job runs ---------
+# Issue 34, bug 3: every agent exited 1 within the second ("no etcd endpoint answered
+# /v3/watch") though read_timeout (20 s here) promised to wait, and the job's keys stayed.
+etcd_cluster_stop
+etcd_cluster_start 1
+ENDPOINTS=$ETCD_ENDPOINTS
+marker=$work/outage.go
+for i in 0 1; do
+  start "outage_$i" $(common outage 2) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+done
+if wait_until 30 bash -c "[[ \$(cat $work/logs/outage_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 2 ]]"; then
+  etcd_kill_member 0
+  sleep 5
+  etcd_restart_member 0
+  sleep 2
+  touch "$marker"
+  ok=0
+  for i in 0 1; do expect_rc "outage_$i" 0 || ok=1; done
+  grep -q "waiting for etcd at\|no endpoint answers" "$work/outage_0.out" "$work/outage_1.out" ||
+    { note_fail "outage: no agent said it was waiting for etcd"; ok=1; }
+  [[ $ok -eq 0 ]] && pass "outage: etcd killed and restarted 5 s later: the job waited for it and finished"
+else
+  note_fail "outage: the job never started"
+fi
+touch "$marker"
+no_keys_left outage outage
+etcd_cluster_stop
+etcd_cluster_start 3
+ENDPOINTS=$ETCD_ENDPOINTS
 
 # --- paused: the keeper's agent frozen past its lease, resumed after another took over -------
 # Issue 34, bug 2: the resumed keeper wrote a stale round and a closed state over the live

@@ -61,18 +61,21 @@ etcd_cluster_start() {
   local initial
   initial=$(IFS=,; echo "${cluster[*]}")
   ETCD_PIDS=()
+  ETCD_DIR=$dir
   for ((i = 0; i < n; i++)); do
     # Small timings: a lost member's successor leader within a second; no fsync pressure beyond
     # what a test needs (the data dir is the test's own).
-    etcd --name "m$i" --data-dir "$dir/m$i" --logger zap --log-level error \
-      --listen-client-urls "$scheme://127.0.0.1:${clients[i]}" \
-      --advertise-client-urls "$scheme://127.0.0.1:${clients[i]}" \
-      --listen-peer-urls "http://127.0.0.1:${peers[i]}" \
-      --initial-advertise-peer-urls "http://127.0.0.1:${peers[i]}" \
-      --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token "t$$" \
-      --heartbeat-interval 50 --election-timeout 500 --quota-backend-bytes 67108864 \
-      "${tls_args[@]}" >"$dir/m$i.log" 2>&1 &
-    ETCD_PIDS+=("$!")
+    local member=(etcd --name "m$i" --data-dir "$dir/m$i" --logger zap --log-level error
+      --listen-client-urls "$scheme://127.0.0.1:${clients[i]}"
+      --advertise-client-urls "$scheme://127.0.0.1:${clients[i]}"
+      --listen-peer-urls "http://127.0.0.1:${peers[i]}"
+      --initial-advertise-peer-urls "http://127.0.0.1:${peers[i]}"
+      --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token "t$$"
+      --heartbeat-interval 50 --election-timeout 500 --quota-backend-bytes 67108864
+      "${tls_args[@]}")
+    printf '%q ' "${member[@]}" >"$dir/m$i.cmd"  # for etcd_restart_member
+    "${member[@]}" >"$dir/m$i.log" 2>&1 &
+    ETCD_PIDS[i]=$!
     pids+=("$!")
   done
   ETCD_ENDPOINTS=$(for ((i = 0; i < n; i++)); do printf '127.0.0.1:%s\n' "${clients[i]}"; done |
@@ -100,6 +103,13 @@ etcd_cluster_start() {
 etcd_kill_member() {
   kill -9 "${ETCD_PIDS[$1]}" 2>/dev/null || true
   wait "${ETCD_PIDS[$1]}" 2>/dev/null || true
+}
+
+# Member i, killed before, starts again on its ports and data (etcd restarted by its supervisor).
+etcd_restart_member() {
+  eval "$(cat "$ETCD_DIR/m$1.cmd")" >>"$ETCD_DIR/m$1.log" 2>&1 &
+  ETCD_PIDS[$1]=$!
+  pids+=("$!")
 }
 
 etcd_cluster_stop() {
