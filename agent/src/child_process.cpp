@@ -21,6 +21,7 @@
 
 #include "dtrun/placement.h"
 
+#include "helper_children.h"
 #include "worker_guardian.h"
 
 namespace dtrun::agent::detail {
@@ -222,7 +223,7 @@ std::vector<std::pair<pid_t, std::string>> unownedLiveChildren() {
       continue;
     }
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (!isOwnedChild(pid) && !isWorkerGuardian(pid)) {
+    if (!isOwnedChild(pid) && !isHelperChild(pid)) {
       found.emplace_back(pid, stat.substr(open + 1, close - open - 1));
     }
   }

@@ -94,7 +94,7 @@ bool isOwnedChild(pid_t pid);
 // Live children of this process that no ChildProcess owns: descendants of workers that left their
 // process group (setsid, a daemon) and were re-parented to this subreaper when their parent
 // exited. Each with its name (as /proc shows it); neither zombies (reapOrphans takes them) nor
-// the worker guardian are listed.
+// dtrun's own helpers (helper_children.h) are listed.
 std::vector<std::pair<pid_t, std::string>> unownedLiveChildren();
 
 }  // namespace dtrun::agent::detail

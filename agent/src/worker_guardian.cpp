@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fd_io.h"
+#include "helper_children.h"
 #include "log.h"
 
 namespace dtrun::agent::detail {
@@ -104,6 +105,7 @@ void startWorkerGuardian() {
   ::close(fds[0]);
   guardianPipe = fds[1];
   guardianPid = pid;
+  registerHelperChild(pid);
 }
 
 void stopWorkerGuardian() {
@@ -122,12 +124,11 @@ void stopWorkerGuardian() {
     }
     ::usleep(10000);
   }
+  forgetHelperChild(guardianPid);
   guardianPid = -1;
 }
 
 void guardGroup(pid_t group) { send(static_cast<std::int32_t>(group)); }
-bool isWorkerGuardian(pid_t pid) { return pid > 0 && pid == guardianPid; }
-
 void releaseGroup(pid_t group) { send(-static_cast<std::int32_t>(group)); }
 
 }  // namespace dtrun::agent::detail

@@ -22,7 +22,4 @@ void stopWorkerGuardian();
 void guardGroup(pid_t group);
 void releaseGroup(pid_t group);
 
-// Whether `pid` is this agent's guardian (a child of the agent, yet no worker's).
-bool isWorkerGuardian(pid_t pid);
-
 }  // namespace dtrun::agent::detail

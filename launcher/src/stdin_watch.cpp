@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fd_io.h"
+#include "helper_children.h"
 
 namespace dtrun::launcher {
 namespace {
@@ -124,6 +125,7 @@ Status startStdinWatch(std::chrono::milliseconds grace, std::string_view readyLi
     ::close_range(kWatchedFd + 1, ~0U, 0);
     watch(agent, graceMs);
   }
+  registerHelperChild(pid);  // the agent's, not a worker's: it stays to the end
   ::close(watched);
   ::dup2(devNull, STDIN_FILENO);  // the workers read nothing from the session
   ::close(devNull);

@@ -41,7 +41,10 @@ in_cgroup() {
     "$DTRUN" --log_dir="$work/logs" --rdzv_id="$name" --report="$work/$name.json" "$@" \
     >"$work/$name.out" 2>&1 </dev/null || rc=$?
 }
-in_cgroup oom --nproc_per_node=1 --no_python "$PYTHON" -c 'x = b"x" * (400 << 20); print(len(x))'
+# The worker offers itself to the OOM killer first (oom_score_adj 1000, allowed to any process):
+# a sanitizer build's agent is big enough to be picked otherwise.
+in_cgroup oom --nproc_per_node=1 --no_python "$PYTHON" -c \
+  'open("/proc/self/oom_score_adj", "w").write("1000"); x = b"x" * (400 << 20); print(len(x))'
 [[ $rc -eq 137 ]] || die "oom: dtrun exited $rc, want 137: $(tail -n 5 "$work/oom.out")"
 want="killed by the kernel: out of memory (cgroup limit 100 MiB)"
 grep -qF "root cause: rank 0 (local rank 0, pid" "$work/oom.out" || die "oom: no summary line"

@@ -650,6 +650,14 @@ void Transport::pumpWrite(Peer& p) {
       if (err == EAGAIN || err == EWOULDBLOCK) {
         return;
       }
+      if (err == EPIPE || err == ECONNRESET) {
+        // The peer may have said why before it closed (an abort frame not read yet): a rank
+        // that failed because a third one died is then named with that one, not as the cause.
+        pumpRead(p);
+        if (p.dead) {
+          return;
+        }
+      }
       peerFailed(p, "connection to " + peerName(p) + " failed: " + errnoText(err), !p.leaving);
       return;
     }
