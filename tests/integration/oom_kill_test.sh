@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A worker killed by the kernel's OOM killer is reported as such, not as a plain SIGKILL (issue
-# 34, bug 12): dtrun runs in a memory cgroup of the test's own (100 MiB; cgroup v1's memory
-# controller or v2), a worker touches 400 MiB; dtrun exits 137 and its summary, failure report
-# and --report name "killed by the kernel: out of memory (cgroup limit 100 MiB)". A SIGKILL sent
+# 34, bug 12): dtrun runs in a memory cgroup of the test's own (100 MiB, 600 under a sanitizer;
+# cgroup v1's memory controller or v2), a worker touches 4 times that; dtrun exits 137 and its
+# summary and --report name "killed by the kernel: out of memory (cgroup limit 100 MiB)". A SIGKILL sent
 # by hand in the same cgroup is still a plain SIGKILL.
 #   bash tests/integration/oom_kill_test.sh /abs/path/to/build/launcher/dtrun
 # Needs root and a writable memory cgroup; says SKIP (and passes) where the machine has none.
@@ -25,11 +25,13 @@ if [[ -z $cgroup ]] || ! mkdir "$cgroup" 2>/dev/null; then
   exit 0
 fi
 at_exit "rmdir '$cgroup'"
+# A sanitizer build's agent alone holds about 200 MiB (ASan's shadow and quarantine).
+limit_mib=$((SANITIZED ? 600 : 100))
 if [[ -e $cgroup/memory.max ]]; then
-  echo $((100 << 20)) >"$cgroup/memory.max"
+  echo $((limit_mib << 20)) >"$cgroup/memory.max"
   [[ ! -e $cgroup/memory.swap.max ]] || echo 0 >"$cgroup/memory.swap.max"
 else
-  echo $((100 << 20)) >"$cgroup/memory.limit_in_bytes"
+  echo $((limit_mib << 20)) >"$cgroup/memory.limit_in_bytes"
 fi
 
 # in_cgroup <name> <dtrun args...>: dtrun run inside the cgroup; its exit code in rc.
@@ -44,9 +46,9 @@ in_cgroup() {
 # The worker offers itself to the OOM killer first (oom_score_adj 1000, allowed to any process):
 # a sanitizer build's agent is big enough to be picked otherwise.
 in_cgroup oom --nproc_per_node=1 --no_python "$PYTHON" -c \
-  'open("/proc/self/oom_score_adj", "w").write("1000"); x = b"x" * (400 << 20); print(len(x))'
+  "open('/proc/self/oom_score_adj', 'w').write('1000'); x = b'x' * ($limit_mib << 22); print(len(x))"
 [[ $rc -eq 137 ]] || die "oom: dtrun exited $rc, want 137: $(tail -n 5 "$work/oom.out")"
-want="killed by the kernel: out of memory (cgroup limit 100 MiB)"
+want="killed by the kernel: out of memory (cgroup limit $limit_mib MiB)"
 grep -qF "root cause: rank 0 (local rank 0, pid" "$work/oom.out" || die "oom: no summary line"
 grep -F "root cause: rank 0" "$work/oom.out" | grep -qF "signal 9 (SIGKILL), $want" ||
   die "oom: the summary does not say '$want': $(grep -F 'root cause' "$work/oom.out")"
