@@ -7,6 +7,8 @@
 
 #include "dtrun/placement.h"
 
+#include "worker_guardian.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -143,6 +145,10 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
   put("DTRUN_PROGRESS_FILE", p.progressFile);
+  // Found by the worker guardian in whatever the worker leaves behind, after kill -9 of dtrun.
+  if (const std::string& mark = workerGuardianMark(); !mark.empty()) {
+    put("DTRUN_GUARDIAN_MARK", mark);
+  }
   // The exit code that asks dtrun not to restart the job (a retry cannot help).
   put("DTRUN_NO_RESTART_EXIT_CODE", std::to_string(kExitNoRestart));
   if (!config.pythonHookDir.empty()) {

@@ -5,9 +5,13 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <set>
+#include <string>
 #include <system_error>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -20,14 +24,55 @@
 namespace dtrun::agent::detail {
 namespace {
 
-int guardianPipe = -1;   // the write end, close-on-exec; -1 without a guardian
-pid_t guardianPid = -1;  // -1 without a guardian
+int guardianPipe = -1;     // the write end, close-on-exec; -1 without a guardian
+pid_t guardianPid = -1;    // -1 without a guardian
+std::string guardianMark;  // "<agent pid>-<random>", in every worker's environment
+// The record that says the agent ends normally (group ids are positive, releases negative).
+constexpr std::int32_t kNormalEnd = 0;
+
+// Every process whose environment holds `entry` ("DTRUN_GUARDIAN_MARK=<mark>"), killed; the
+// count. Before the threads that never exist here: allocating is safe in the guardian.
+std::size_t killMarked(const std::string& entry) {
+  std::size_t killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) {
+    return 0;
+  }
+  const pid_t self = ::getpid();
+  while (const dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == self) {
+      continue;
+    }
+    const std::string path = std::string("/proc/") + e->d_name + "/environ";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      continue;
+    }
+    std::string environment;
+    std::array<char, 4096> chunk{};
+    for (ssize_t n = 0; (n = ::read(fd, chunk.data(), chunk.size())) > 0;) {
+      environment.append(chunk.data(), static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    // Entries are NUL-separated: a whole entry, not a prefix of a longer one.
+    const std::string whole = std::string(1, '\0') + environment;
+    if (whole.find(std::string(1, '\0') + entry + std::string(1, '\0')) != std::string::npos ||
+        whole.ends_with(std::string(1, '\0') + entry)) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ++killed;
+    }
+  }
+  ::closedir(proc);
+  return killed;
+}
 
 bool readRecord(int fd, std::int32_t& value) {
   return io::readFull(fd, &value, sizeof value) == static_cast<long>(sizeof value);
 }
 
-[[noreturn]] void guardianMain(int readFd) {
+[[noreturn]] void guardianMain(int readFd, const std::string& mark) {
   // It ends when the agent's end of the pipe closes, not on the terminal's or the scheduler's
   // signals, which reach the agent (and would otherwise end the guard with it).
   struct sigaction ignore {};
@@ -52,8 +97,11 @@ bool readRecord(int fd, std::int32_t& value) {
   const int fd = STDERR_FILENO + 1;
   std::set<pid_t> groups;
   std::int32_t value = 0;
+  bool normalEnd = false;
   while (readRecord(fd, value)) {
-    if (value > 0) {
+    if (value == kNormalEnd) {
+      normalEnd = true;
+    } else if (value > 0) {
       groups.insert(value);
     } else {
       groups.erase(-value);
@@ -66,6 +114,16 @@ bool readRecord(int fd, std::int32_t& value) {
     static_cast<void>(
         std::fprintf(stderr, "dtrun: the agent died; killed what was left of %zu worker group(s)\n",
                      groups.size()));
+  }
+  if (!normalEnd) {
+    // Twice: a marked process may have forked between the scan's read and its kill.
+    const std::size_t escaped = killMarked(mark) + killMarked(mark);
+    if (escaped > 0) {
+      static_cast<void>(std::fprintf(
+          stderr,
+          "dtrun: the agent died; killed %zu process(es) its workers left outside their groups\n",
+          escaped));
+    }
   }
   ::_exit(0);
 }
@@ -90,8 +148,12 @@ void startWorkerGuardian() {
                       std::system_category().message(errno));
     return;
   }
+  std::random_device random;
+  guardianMark =
+      std::to_string(::getpid()) + "-" + std::to_string(random()) + std::to_string(random());
   const pid_t pid = ::fork();
   if (pid < 0) {
+    guardianMark.clear();
     log::agent().warn("no worker guardian (fork failed): {}",
                       std::system_category().message(errno));
     ::close(fds[0]);
@@ -100,7 +162,7 @@ void startWorkerGuardian() {
   }
   if (pid == 0) {
     ::close(fds[1]);
-    guardianMain(fds[0]);
+    guardianMain(fds[0], "DTRUN_GUARDIAN_MARK=" + guardianMark);
   }
   ::close(fds[0]);
   guardianPipe = fds[1];
@@ -108,10 +170,13 @@ void startWorkerGuardian() {
   registerHelperChild(pid);
 }
 
+const std::string& workerGuardianMark() { return guardianMark; }
+
 void stopWorkerGuardian() {
   if (guardianPipe < 0) {
     return;
   }
+  send(kNormalEnd);
   ::close(guardianPipe);
   guardianPipe = -1;
   // It exits as soon as it reads EOF. Reaped here (or, if it died early, already by the agent's
@@ -126,6 +191,7 @@ void stopWorkerGuardian() {
   }
   forgetHelperChild(guardianPid);
   guardianPid = -1;
+  guardianMark.clear();
 }
 
 void guardGroup(pid_t group) { send(static_cast<std::int32_t>(group)); }

@@ -4,7 +4,8 @@
 # which would hide it), and after dtrun exits the checker must have no child left, running or
 # zombie. Runs a successful job, a failing one with a restart, one stopped by SIGTERM, and one
 # whose worker leaves a process in a session of its own (setsid), out of its process group: the
-# agent, its subreaper, kills it at the end of the attempt and names it (issue 34, bug 10).
+# agent, its subreaper, kills it at the end of the attempt and names it (issue 34, bug 10); and,
+# after kill -9 of dtrun, the guardian kills it, found by the mark in its environment.
 #   bash tests/integration/no_leftover_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
@@ -59,4 +60,28 @@ chmod +x "$work/escape.sh"
 check setsid 0 0 -- --nproc_per_node=2 --tee=3 --log_dir="$work/d" --no_python "$work/escape.sh"
 grep -q "killed what the workers left outside their process groups: pid [0-9]* (sleep)" "$work/setsid.out" ||
   die "setsid: no line names the escaped sleep: $(tail -n 5 "$work/setsid.out")"
+# kill -9 of dtrun while a worker's setsid child runs: the guardian finds it by the mark in its
+# environment (DTRUN_GUARDIAN_MARK) and kills it (issue 34, bug 10: it ran on).
+cat >"$work/escape_wait.sh" <<'SH'
+#!/bin/bash
+setsid sleep 300 &
+echo "$!" >"$DTRUN_LOG_DIR/escaped"
+exec sleep 300
+SH
+chmod +x "$work/escape_wait.sh"
+"$DTRUN" --nproc_per_node=1 --log_dir="$work/e" --rdzv_id=e --no_python "$work/escape_wait.sh" \
+  >"$work/kill9.out" 2>&1 &
+dtrun_pid=$!
+pids+=("$dtrun_pid")
+for _ in $(seq 100); do [[ -s $work/e/e/attempt_0/0/escaped ]] && break; sleep 0.1; done
+escaped=$(cat "$work/e/e/attempt_0/0/escaped" 2>/dev/null) || die "kill -9: the worker did not start"
+pids+=("$escaped")
+kill -9 "$dtrun_pid"
+wait "$dtrun_pid" 2>/dev/null || true
+forget "$dtrun_pid"
+for _ in $(seq 50); do running "$escaped" || break; sleep 0.1; done
+running "$escaped" && die "kill -9: the worker's setsid child (pid $escaped) survived dtrun's kill -9"
+grep -q "killed 1 process(es) its workers left outside their groups" "$work/kill9.out" ||
+  die "kill -9: the guardian did not say it killed the escaped process: $(tail -n 2 "$work/kill9.out")"
+echo "no_leftover_test: kill -9: the worker's setsid child died with dtrun"
 echo "no_leftover_test: PASS"
