@@ -209,6 +209,7 @@ class GatewayClient final : public EtcdClient {
         e.pop_back();
       }
     }
+    servedEtcd_ = std::make_unique<std::atomic<bool>[]>(options_.endpoints.size());
   }
 
   Status start() {
@@ -450,7 +451,12 @@ class GatewayClient final : public EtcdClient {
         const std::size_t at = (first + i) % n;
         const auto& endpoint = options_.endpoints[at];
         auto reply = http_->post(endpoint, path, body, auth, deadline);
-        if (reply.isOk() && reply.value().status == kNotFound) {
+        if (reply.isOk() && reply.value().status == kNotFound && servedEtcd_[at].load()) {
+          // It served etcd's API before: an etcd resuming (after a pause, before its gRPC side
+          // is back) answers 404 for a moment. Waited for, as any member that cannot serve now.
+          why[at] = notEtcdAnswer(endpoint, path) + ", though it served etcd before";
+          unreachable = false;
+        } else if (reply.isOk() && reply.value().status == kNotFound) {
           // Not etcd's gateway: a member that is gone may have left its port to another server.
           // Only when no endpoint serves etcd is that the answer.
           why[at] = notEtcdAnswer(endpoint, path);
@@ -460,6 +466,7 @@ class GatewayClient final : public EtcdClient {
           unreachable = false;
         } else if (reply.isOk() && reply.value().status == 200) {
           current_ = at;
+          servedEtcd_[at] = true;
           try {
             return json::parse(reply.value().body);
           } catch (const json::exception& e) {
@@ -617,6 +624,7 @@ class GatewayClient final : public EtcdClient {
                                      etcdMessage(text));
               return true;
             }
+            servedEtcd_[at] = true;
             for (auto end = text.find('\n', parsed); end != std::string::npos;
                  end = text.find('\n', parsed)) {
               const auto line = text.substr(parsed, end - parsed);
@@ -658,6 +666,9 @@ class GatewayClient final : public EtcdClient {
   EtcdOptions options_;
   std::unique_ptr<EtcdHttp> http_;
   std::atomic<std::size_t> current_{0};
+  // Per endpoint: it answered etcd's API once (a later 404 is then a passing state, not a port
+  // taken by another server).
+  std::unique_ptr<std::atomic<bool>[]> servedEtcd_;
   mutable std::mutex mutex_;
   std::string token_;
 };
