@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
 #include <system_error>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -31,21 +31,19 @@ std::string guardianMark;  // "<agent pid>-<random>", in every worker's environm
 constexpr std::int32_t kNormalEnd = 0;
 
 // Every process whose environment holds `entry` ("DTRUN_GUARDIAN_MARK=<mark>"), killed; the
-// count. Before the threads that never exist here: allocating is safe in the guardian.
+// count. The guardian is one thread (forked before the agent's first), so it may allocate.
 std::size_t killMarked(const std::string& entry) {
   std::size_t killed = 0;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) {
-    return 0;
-  }
   const pid_t self = ::getpid();
-  while (const dirent* e = ::readdir(proc)) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
     char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
+    const long pid = std::strtol(name.c_str(), &end, 10);
     if (pid <= 0 || *end != '\0' || pid == self) {
       continue;
     }
-    const std::string path = std::string("/proc/") + e->d_name + "/environ";
+    const std::string path = "/proc/" + name + "/environ";
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       continue;
@@ -64,7 +62,6 @@ std::size_t killMarked(const std::string& entry) {
       ++killed;
     }
   }
-  ::closedir(proc);
   return killed;
 }
 
