@@ -54,10 +54,9 @@ std::size_t killMarked(const std::string& entry) {
       environment.append(chunk.data(), static_cast<std::size_t>(n));
     }
     ::close(fd);
-    // Entries are NUL-separated: a whole entry, not a prefix of a longer one.
-    const std::string whole = std::string(1, '\0') + environment;
-    if (whole.find(std::string(1, '\0') + entry + std::string(1, '\0')) != std::string::npos ||
-        whole.ends_with(std::string(1, '\0') + entry)) {
+    // Entries end in NUL: a whole entry matches, not a prefix of a longer one.
+    const std::string nul(1, '\0');
+    if ((nul + environment + nul).find(nul + entry + nul) != std::string::npos) {
       ::kill(static_cast<pid_t>(pid), SIGKILL);
       ++killed;
     }

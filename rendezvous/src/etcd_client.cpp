@@ -494,18 +494,35 @@ class GatewayClient final : public EtcdClient {
           return notDone(path, why, unreachable);
         }
       }
-      if (turn == 0) {  // said once per request, within a second: nobody waits in silence
-        std::string text;
-        for (const auto& w : why) {
-          text += w.empty() ? "" : (text.empty() ? "" : "; ") + w;
-        }
-        log::rdzv().warn(
-            "waiting for etcd at {} ({}): retrying {} for up to {} s", endpoints(), text, path,
-            std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+      if (turn == 0) {
+        sayWaiting(path, joinReasons(why));
       }
-      std::this_thread::sleep_for(
-          std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500)));
+      std::this_thread::sleep_for(turnPause(turn));
     }
+  }
+
+  // Said once per request, within a second of its first failed turn: nobody waits in silence.
+  void sayWaiting(std::string_view path, const std::string& why) const {
+    log::rdzv().warn("waiting for etcd at {} ({}): retrying {} for up to {} s", endpoints(), why,
+                     path,
+                     std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+  }
+
+  // The pause after a turn over the endpoints in which none answered.
+  static milliseconds turnPause(int turn) {
+    return std::min<milliseconds>(milliseconds(50 * (turn + 1)), milliseconds(500));
+  }
+
+  // Why each endpoint did not answer, in one line.
+  static std::string joinReasons(const std::vector<std::string>& why) {
+    std::string text;
+    for (const auto& w : why) {
+      if (!w.empty()) {
+        text += text.empty() ? "" : "; ";
+        text += w;
+      }
+    }
+    return text;
   }
 
   static constexpr unsigned kNotFound = 404;
@@ -533,16 +550,9 @@ class GatewayClient final : public EtcdClient {
 
   [[nodiscard]] Status notDone(std::string_view path, const std::vector<std::string>& why,
                                bool unreachable) const {
-    std::string text;
-    for (const auto& w : why) {
-      if (!w.empty()) {
-        text += text.empty() ? "" : "; ";
-        text += w;
-      }
-    }
     return Status::error(unreachable ? Errc::kConnection : Errc::kTimeout,
                          "etcd at " + endpoints() + ": " + std::string(path) + " not done in " +
-                             std::to_string(options_.timeout.count()) + " ms (" + text +
+                             std::to_string(options_.timeout.count()) + " ms (" + joinReasons(why) +
                              "); check --rdzv_endpoint");
   }
 
@@ -575,10 +585,7 @@ class GatewayClient final : public EtcdClient {
       const auto now = Clock::now();
       if (!giveUpAt) {
         giveUpAt = now + options_.timeout;
-        log::rdzv().warn(
-            "etcd at {}: {}: no endpoint answers ({}); trying again for up to {} s", endpoints(),
-            path, tried,
-            std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count());
+        sayWaiting(path, tried);
       }
       if (now >= *giveUpAt) {
         return Status::connection("no etcd endpoint answered " + std::string(path) + " for " +
@@ -588,8 +595,8 @@ class GatewayClient final : public EtcdClient {
       if (now >= deadline) {
         return Status::ok();
       }
-      const auto pause = std::min({milliseconds(50 * (turn + 1)), milliseconds(500),
-                                   std::chrono::duration_cast<milliseconds>(deadline - now)});
+      const auto pause =
+          std::min(turnPause(turn), std::chrono::duration_cast<milliseconds>(deadline - now));
       for (auto slept = milliseconds(0); slept < pause; slept += milliseconds(50)) {
         if (cancel != nullptr && cancel->load()) {
           return Status::error(Errc::kCancelled, std::string(path) + ": cancelled");
