@@ -35,6 +35,10 @@ constexpr std::int32_t kNormalEnd = 0;
 std::size_t killMarked(const std::string& entry) {
   std::size_t killed = 0;
   const pid_t self = ::getpid();
+  // Entries end in NUL: a whole entry matches, not a prefix of a longer one.
+  std::string needle(1, '\0');
+  needle += entry;
+  needle.push_back('\0');
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename().string();
@@ -48,15 +52,14 @@ std::size_t killMarked(const std::string& entry) {
     if (fd < 0) {
       continue;
     }
-    std::string environment;
+    std::string environment(1, '\0');  // NUL-framed: every entry matches whole
     std::array<char, 4096> chunk{};
     for (ssize_t n = 0; (n = ::read(fd, chunk.data(), chunk.size())) > 0;) {
       environment.append(chunk.data(), static_cast<std::size_t>(n));
     }
     ::close(fd);
-    // Entries end in NUL: a whole entry matches, not a prefix of a longer one.
-    const std::string nul(1, '\0');
-    if ((nul + environment + nul).find(nul + entry + nul) != std::string::npos) {
+    environment.push_back('\0');
+    if (environment.find(needle) != std::string::npos) {
       ::kill(static_cast<pid_t>(pid), SIGKILL);
       ++killed;
     }
