@@ -30,10 +30,11 @@ std::string guardianMark;  // "<agent pid>-<random>", in every worker's environm
 // The record that says the agent ends normally (group ids are positive, releases negative).
 constexpr std::int32_t kNormalEnd = 0;
 
-// Every process whose environment holds `entry` ("DTRUN_GUARDIAN_MARK=<mark>"), killed; the
-// count. The guardian is one thread (forked before the agent's first), so it may allocate.
-std::size_t killMarked(const std::string& entry) {
-  std::size_t killed = 0;
+// Every process whose environment holds `entry` ("DTRUN_GUARDIAN_MARK=<mark>") and that is not
+// in one of `groups` (killed already), killed and added to `killed` (a process SIGKILLed a moment
+// ago may still be listed). The guardian is one thread (forked before the agent's first), so it
+// may allocate.
+void killMarked(const std::string& entry, const std::set<pid_t>& groups, std::set<pid_t>& killed) {
   const pid_t self = ::getpid();
   // Entries end in NUL: a whole entry matches, not a prefix of a longer one.
   std::string needle(1, '\0');
@@ -44,7 +45,8 @@ std::size_t killMarked(const std::string& entry) {
     const std::string name = e.path().filename().string();
     char* end = nullptr;
     const long pid = std::strtol(name.c_str(), &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == self) {
+    if (pid <= 0 || *end != '\0' || pid == self || killed.count(static_cast<pid_t>(pid)) != 0 ||
+        groups.count(::getpgid(static_cast<pid_t>(pid))) != 0) {
       continue;
     }
     const std::string path = "/proc/" + name + "/environ";
@@ -61,10 +63,9 @@ std::size_t killMarked(const std::string& entry) {
     environment.push_back('\0');
     if (environment.find(needle) != std::string::npos) {
       ::kill(static_cast<pid_t>(pid), SIGKILL);
-      ++killed;
+      killed.insert(static_cast<pid_t>(pid));
     }
   }
-  return killed;
 }
 
 bool readRecord(int fd, std::int32_t& value) {
@@ -116,7 +117,10 @@ bool readRecord(int fd, std::int32_t& value) {
   }
   if (!normalEnd) {
     // Twice: a marked process may have forked between the scan's read and its kill.
-    const std::size_t escaped = killMarked(mark) + killMarked(mark);
+    std::set<pid_t> killed;
+    killMarked(mark, groups, killed);
+    killMarked(mark, groups, killed);
+    const std::size_t escaped = killed.size();
     if (escaped > 0) {
       static_cast<void>(std::fprintf(
           stderr,
