@@ -117,7 +117,8 @@ void AttemptLog::started(const GroupStart& start, const WorkerGroup& group) {
 }
 
 void AttemptLog::stopBegan() {
-  if (!record_.attempts.empty() && !attempt().stopBegan) {
+  // A stop asked for after the group ended (a timer that fired as it settled) stops nothing.
+  if (!record_.attempts.empty() && !attempt().stopBegan && !attempt().ended) {
     attempt().stopBegan = Clock::now();
   }
 }

@@ -19,6 +19,8 @@ namespace {
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
+constexpr std::chrono::milliseconds kExitRetry{20};
+
 UniqueFd openLog(const fs::path& path) {
   return UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
 }
@@ -266,6 +268,18 @@ void WorkerGroup::onExitReadable(std::size_t index) {
   }
   const auto status = w.child->tryReap();
   if (!status) {
+    // The pidfd turns readable when the worker exits, but while a tracer is attached the zombie
+    // is the tracer's to see first: waitid finds nothing until it detaches. The pidfd stays
+    // readable (a new wait would spin), so the exit is asked for again shortly.
+    if (!w.exitRetry) {
+      w.exitRetry = std::make_unique<asio::steady_timer>(io_);
+    }
+    w.exitRetry->expires_after(kExitRetry);
+    w.exitRetry->async_wait([this, index](const boost::system::error_code& ec) {
+      if (!ec) {
+        onExitReadable(index);
+      }
+    });
     return;
   }
   w.status = status;

@@ -34,6 +34,8 @@ struct Worker {
   std::filesystem::path dir;  // <attempt dir>/<local rank>, as torchrun's
   std::optional<ChildProcess> child;
   std::unique_ptr<boost::asio::posix::stream_descriptor> exitWatch;  // a dup of the pidfd
+  // Asks again while a tracer (eu-stack dumping its stack) holds the exited worker's zombie.
+  std::unique_ptr<boost::asio::steady_timer> exitRetry;
   std::unique_ptr<OutputPump> out;
   std::unique_ptr<OutputPump> err;
   std::optional<ExitStatus> status;

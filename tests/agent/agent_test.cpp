@@ -8,9 +8,13 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -291,4 +295,48 @@ TEST_CASE("an entrypoint that cannot run fails at once with a clear line", "[int
   const auto run = runAgent(dir, config);
   CHECK(run.code == 127);
   CHECK_THAT(run.err, Catch::Contains("cannot run ./trian: No such file or directory"));
+}
+
+namespace {
+
+char processState(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+}  // namespace
+
+// eu-stack, dumping a hung worker's stack, is such a tracer: a worker that exits meanwhile is its
+// zombie to see first, and the agent's waitid finds nothing although the pidfd turned readable.
+TEST_CASE("a worker that exits while another process traces it is still seen to exit",
+          "[integration][agent]") {
+  TempDir dir;
+  const std::string pidFile = (dir.path() / "worker.pid").string();
+  const std::string go = (dir.path() / "go").string();
+  REQUIRE(::mkfifo(go.c_str(), 0600) == 0);
+  // Builtins, then one read: no child of its own, so no SIGCHLD stops the traced worker. It exits
+  // on the byte the tracer writes once it holds it.
+  auto config = shellJob(dir, 1, "echo $$ > " + pidFile + "; exec head -c 1 " + go + " >/dev/null");
+  const auto run = runAgent(dir, config, [&](pid_t agent) {
+    REQUIRE(dtrun::testing::waitUntil(
+        [&] {
+          const std::string text = slurp(pidFile);
+          return !text.empty() && text.back() == '\n';
+        },
+        10s));
+    const pid_t worker = std::stoi(slurp(pidFile));
+    dtrun::testing::ChildGuard tracer([&] {
+      const bool seized = ::ptrace(PTRACE_SEIZE, worker, nullptr, nullptr) == 0;
+      std::ofstream(go).put('\n');
+      // Holds the zombie a while without waiting for it; exiting detaches it.
+      static_cast<void>(
+          dtrun::testing::waitUntil([&] { return processState(worker) == 'Z'; }, 10s));
+      std::this_thread::sleep_for(300ms);
+      return seized ? 0 : 2;
+    });
+    REQUIRE(tracer.wait() == 0);
+    REQUIRE(dtrun::testing::waitUntil([&] { return processState(agent) == 'Z'; }, 10s));
+  });
+  CHECK(run.code == 0);
 }
