@@ -17,18 +17,18 @@ preamble_unset_matching '^(OMPI|PMIX|PMI|FLUX|LSB)_'
 command -v mpirun >/dev/null || die "mpirun not found: scripts/setup.sh installs openmpi-bin"
 
 # orted for the made-up host: ssh's options and the host name are dropped, the command runs here.
-# Its session directory (/tmp/ompi.<host>.<uid>/jf.<job>) would be mpirun's own, made already
-# ("File exists"): the "node" gets a /tmp of its own, as a real second node has.
-mkdir "$work/node2-tmp"
+# Its session directory (/tmp/ompi.<host>.<uid>/jf.<job>) would be mpirun's own or the other
+# made-up node's, made already ("File exists"): each made-up host gets a /tmp of its own.
 cat >"$work/rsh" <<EOF
 #!/bin/sh
-export OMPI_MCA_orte_tmpdir_base=$work/node2-tmp
 while [ \$# -gt 0 ]; do
   case \$1 in
     -*) shift ;;
-    *) shift; break ;;
+    *) host=\$1; shift; break ;;
   esac
 done
+mkdir -p "$work/tmp-\$host"
+export OMPI_MCA_orte_tmpdir_base="$work/tmp-\$host"
 exec /bin/sh -c "\$*"
 EOF
 chmod +x "$work/rsh"
