@@ -29,8 +29,9 @@ run_ctest() {  # <build dir> [ctest args...]
 step "setup"
 bash scripts/setup.sh
 
-step "format check"
+step "format check and the house rules (docs/ARCHITECTURE.md)"
 bash scripts/format.sh --check
+python3 scripts/check_rooms.py
 
 step "release build and tests"
 bash scripts/build.sh release

@@ -1,6 +1,6 @@
 // The failure and restart rules of README.md ("Exit codes", "Many nodes"), one case per row,
 // checked on the pure policy: no process, no store, no clock.
-#include "attempt_policy.h"
+#include "job/attempt_policy.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // Whether an attempt made progress, and the backoff between attempts.
-#include "attempt_progress.h"
+#include "job/attempt_progress.h"
 
 #include <fstream>
 

@@ -1,4 +1,4 @@
-#include "child_process.h"
+#include "workers/child_process.h"
 
 #include <array>
 #include <fstream>

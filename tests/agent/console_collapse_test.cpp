@@ -1,7 +1,7 @@
 // ConsoleCollapse: identical lines of several ranks grouped within the window, differing lines
 // alone behind their rank, each rank's order kept, the wait bounded; and the rank-range text.
 // The end-to-end runs are tests/integration/console_collapse_test.sh.
-#include "console_collapse.h"
+#include "console/console_collapse.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // ConsoleLines: whole lines behind the prefix, '\r' redraws as lines, long rests split, the rest
 // flushed as a line of its own. The end-to-end runs are tests/integration/console_lines_test.sh.
-#include "console_lines.h"
+#include "console/console_lines.h"
 
 #include <catch2/catch.hpp>
 

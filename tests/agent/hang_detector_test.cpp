@@ -1,13 +1,13 @@
 // The hang diagnosis on made-up progress snapshots (the end-to-end runs are in
 // tests/integration/hang_report_test.sh), the rank ranges it prints, and the run report's JSON
 // and summary made from one record.
-#include "hang_detector.h"
+#include "hang/hang_detector.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "progress_exchange.h"
-#include "run_report.h"
+#include "hang/progress_exchange.h"
+#include "report/run_report.h"
 
 using namespace std::chrono_literals;
 using dtrun::agent::detail::diagnoseHang;

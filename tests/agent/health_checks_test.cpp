@@ -1,4 +1,4 @@
-#include "health_checks.h"
+#include "health/health_checks.h"
 
 #include <atomic>
 #include <chrono>

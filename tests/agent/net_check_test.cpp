@@ -1,7 +1,7 @@
 // The network check's judging: which node the figures of a round name, and what each node's
 // result, the report and the event log say. dtrun-netcheck itself runs in
 // tests/integration/network_check_test.sh.
-#include "net_check.h"
+#include "health/net_check.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

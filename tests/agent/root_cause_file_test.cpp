@@ -1,6 +1,6 @@
 // dtrun's own TORCHELASTIC_ERROR_FILE (root_cause_file.h) in torch's format, and the workers'
 // per-rank error files (worker_env.h), which never are the launcher's.
-#include "root_cause_file.h"
+#include "report/root_cause_file.h"
 
 #include <chrono>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/scoped.h"
-#include "worker_env.h"
+#include "workers/worker_env.h"
 
 namespace {
 
