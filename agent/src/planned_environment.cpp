@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "dtrun/agent.h"
+
 #include "workers/worker_env.h"
 
 namespace dtrun::agent {

@@ -3,7 +3,6 @@
 // part of the agent reads it. Plain data and two pure helpers for --log-line-prefix-template.
 #pragma once
 
-
 #include <array>
 #include <chrono>
 #include <cstdint>
