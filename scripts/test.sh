@@ -6,13 +6,34 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-step() { printf '\n=== %s\n' "$*"; }
+# Each stage's wall time, printed as it ends and again in one table at the end (also on failure).
+stages=()
+stage_name=""
+stage_start=$SECONDS
+end_stage() {
+  [[ -n $stage_name ]] || return 0
+  local took=$((SECONDS - stage_start))
+  stages+=("$(printf '%5d s  %s' "$took" "$stage_name")")
+  printf '=== %s: %d s\n' "$stage_name" "$took"
+  stage_name=""
+}
+step() {
+  end_stage
+  stage_name=$*
+  stage_start=$SECONDS
+  printf '\n=== %s\n' "$*"
+}
+print_stages() {
+  end_stage
+  printf '\n=== stage times (%d s in all)\n' "$SECONDS"
+  printf '%s\n' "${stages[@]}"
+}
 
 # Runs ctest in a build directory and adds its counts to the totals printed at the end.
 passed=0
 failed=0
 summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
+trap 'rm -f "$summary"; print_stages' EXIT
 run_ctest() {  # <build dir> [ctest args...]
   local dir=$1 rc=0
   shift
@@ -53,5 +74,5 @@ TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 
 step "clang-tidy"
 bash scripts/tidy.sh build
 
-step "all checks passed"
-echo "tests: $passed passed, $failed failed"
+end_stage
+echo "all checks passed; tests: $passed passed, $failed failed"
