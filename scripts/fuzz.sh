@@ -6,9 +6,15 @@
 # and a non-zero exit. Add such an input to tests/fuzz/regressions/<target>/ once fixed: the
 # fuzz/ Catch2 tests replay it in every build from then on.
 # Usage: scripts/fuzz.sh [SECONDS per target, default 30] [target...]
+#        scripts/fuzz.sh --build     builds every harness, runs none (scripts/test.sh, early)
 #   CI: scripts/test.sh runs it with 20 (80 s of fuzzing in all); long runs: scripts/fuzz.sh 3600
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+build_only=0
+if [[ ${1:-} == --build ]]; then
+  build_only=1
+  set -- 1
+fi
 seconds=${1:-30}
 shift || true
 all_targets=(store_request round_codec launch_options hostlist)
@@ -33,6 +39,7 @@ if [[ ! -f $runtime/libclang_rt.fuzzer-x86_64.a && ! -f $runtime/libclang_rt.fuz
 fi
 build=$root/build-fuzz
 bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" >/dev/null
+((build_only == 0)) || exit 0
 
 summary=()
 status=0

@@ -33,7 +33,6 @@ print_stages() {
 passed=0
 failed=0
 summary=$(mktemp)
-trap 'rm -f "$summary"; print_stages' EXIT
 run_ctest() {  # <build dir> [ctest args...]
   local dir=$1 rc=0
   shift
@@ -47,6 +46,37 @@ run_ctest() {  # <build dir> [ctest args...]
   return "$rc"
 }
 
+# The next stage's build runs beside a stage's tests, at the lowest priority: the tests keep the
+# CPU whenever they want it (the suite passes under a load on every core, scripts/flake_table.sh)
+# and the build takes what waiting tests leave idle. Each in a session of its own, so that a
+# failing stage stops it whole; its output is shown when it is waited for.
+build_logs=$(mktemp -d)
+beside=()
+build_beside() {  # <name> <command...>: starts it, its log in $build_logs/<name>.log
+  local name=$1
+  shift
+  setsid -w nice -n 19 "$@" >"$build_logs/$name.log" 2>&1 &
+  beside+=("$!")
+  eval "beside_$name=$!"
+}
+wait_beside() {  # <name>: waits for it; its log's tail either way, all of it when it failed
+  local name=$1 pid rc=0
+  pid=$(eval "echo \$beside_$name")
+  wait "$pid" || rc=$?
+  if ((rc != 0)); then
+    cat "$build_logs/$name.log" >&2
+    echo "the $name build (run beside the tests) failed: exit $rc" >&2
+    return "$rc"
+  fi
+  tail -n 2 "$build_logs/$name.log"
+}
+stop_beside() {
+  local pid
+  for pid in "${beside[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+  rm -rf "$build_logs"
+}
+trap 'stop_beside; rm -f "$summary"; print_stages' EXIT
+
 step "setup"
 bash scripts/setup.sh
 
@@ -54,20 +84,24 @@ step "format check and the house rules (docs/ARCHITECTURE.md)"
 bash scripts/format.sh --check
 python3 scripts/check_rooms.py
 
-step "release build and tests"
+step "release build and tests (the ASan build beside them)"
 bash scripts/build.sh release
+build_beside asan bash scripts/build.sh asan
 run_ctest build --output-on-failure --timeout 600 -j2
 
-step "ASan+UBSan build and tests"
-bash scripts/build.sh asan
+step "ASan+UBSan tests (the TSan and fuzzing builds beside them)"
+wait_beside asan
+build_beside tsan_fuzz bash -c 'bash scripts/build.sh tsan rdzv_tests agent_tests dtrun &&
+  bash scripts/fuzz.sh --build'
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_ctest build-asan --output-on-failure --timeout 900 -j2
 
 step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS:=20}s under ASan+UBSan (clang)"
+wait_beside tsan_fuzz
 # Long runs by hand: scripts/fuzz.sh 3600 (seconds per target).
 bash scripts/fuzz.sh "$FUZZ_SECONDS"
 
-step "TSan build: store and agent tests"
+step "TSan: store and agent tests"
 bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
 TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -R '^(rdzv|agent)/|^integration/multinode_test'
 
