@@ -10,6 +10,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "job/attempt_policy.h"
 #include "log.h"
 #include "report/failure_report.h"
 #include "workers/worker_env.h"
@@ -127,6 +128,29 @@ HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& a
 }
 
 }  // namespace
+
+WorkerFailure hangFailure(const HangDiagnosis& diagnosis, const WorkerGroup& group, int nodeRank,
+                          const fs::path& attemptDir) {
+  WorkerFailure failure;
+  failure.localRank = -1;  // a rank of another node
+  failure.rank = -1;       // none, when no rank is to blame
+  const auto suspect = std::find_if(diagnosis.ranks.begin(), diagnosis.ranks.end(),
+                                    [](const HangRank& r) { return r.suspect; });
+  if (suspect != diagnosis.ranks.end()) {
+    failure.rank = suspect->rank;
+    failure.pid = suspect->pid;
+    failure.host = suspect->host;
+    if (const Worker* w = group.findByRank(suspect->rank)) {
+      failure.localRank = w->localRank;
+      failure.nodeRank = nodeRank;
+    }
+  }
+  failure.status = ExitStatus{false, kExitHang};
+  failure.time = Clock::now();
+  failure.errorFile = (attemptDir / "hang.txt").string();
+  failure.message = "hang: " + diagnosis.summary;
+  return failure;
+}
 
 HangWatch::HangWatch(asio::io_context& io, const AgentConfig& config, std::string host,
                      std::string pathVariable, std::unique_ptr<ProgressExchange> exchange)

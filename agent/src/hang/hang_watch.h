@@ -24,10 +24,16 @@
 
 #include "hang/hang_detector.h"
 #include "hang/progress_exchange.h"
+#include "report/failure_report.h"
 #include "report/run_report.h"
 #include "workers/worker_group.h"
 
 namespace dtrun::agent::detail {
+
+// The failure a hang stands for, as the round's end and the report name it: the diagnosis's first
+// suspect (a rank of `group` at node `nodeRank`, or of another node), its stacks in hang.txt.
+WorkerFailure hangFailure(const HangDiagnosis& diagnosis, const WorkerGroup& group, int nodeRank,
+                          const std::filesystem::path& attemptDir);
 
 class HangWatch {
  public:

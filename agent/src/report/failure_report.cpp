@@ -14,6 +14,8 @@
 namespace dtrun::agent::detail {
 namespace {
 
+constexpr std::size_t kStderrTailLines = 20;
+
 std::string formatTime(std::chrono::system_clock::time_point time) {
   const std::time_t t = std::chrono::system_clock::to_time_t(time);
   std::tm local{};
@@ -149,6 +151,22 @@ std::string tailOfFile(const std::string& path, std::size_t maxLines) {
     out += (out.empty() ? "" : "\n") + l;
   }
   return out;
+}
+
+void describeFromFiles(WorkerFailure& failure, const std::filesystem::path& dir) {
+  if (dir.empty()) {                 // --log_dir=/dev/null: the worker had neither
+    if (!failure.status.signaled) {  // (a signal's own line says more)
+      failure.message = "(--log_dir=/dev/null: no error file or stderr log was kept)";
+    }
+    return;
+  }
+  if (!readErrorFile((dir / "error.json").string(), failure)) {
+    failure.message = tailOfFile((dir / "stderr.log").string(), kStderrTailLines);
+  }
+  if (!failure.status.killedBy.empty()) {  // the worker's own last words cannot say it
+    failure.message =
+        failure.status.killedBy + (failure.message.empty() ? "" : "\n" + failure.message);
+  }
 }
 
 std::string formatFailureReport(const std::string& entrypoint, const std::string& host,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ bool readErrorFile(const std::string& path, WorkerFailure& failure);
 
 // The last `maxLines` lines of a text file (empty if unreadable).
 std::string tailOfFile(const std::string& path, std::size_t maxLines);
+
+// The worker's own account of its failure from its log directory `dir`: its error file, else the
+// tail of its stderr; a line saying that neither was kept with --log_dir=/dev/null (`dir` empty).
+void describeFromFiles(WorkerFailure& failure, const std::filesystem::path& dir);
 
 // The summary torchrun prints: root cause = the earliest failure; the others are listed first.
 std::string formatFailureReport(const std::string& entrypoint, const std::string& host,
