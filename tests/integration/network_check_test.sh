@@ -80,6 +80,35 @@ if [[ $(grep -c "GROUP_WORLD_SIZE=3" "$work"/logs/*/net/attempt_0/*/stdout.log 2
 fi
 [[ $ok -eq 0 ]] && pass "3 nodes on loopback passed; $(tr '\n' ';' <<<"$summary")"
 
+# (1b) A restart checks the network again, and its workers start: rank 0 fails attempt 0, both
+# nodes rendezvous again, the check passes, attempt 1 succeeds. (The restart's check used to be
+# dropped as if the job had stopped, and the job hung.)
+port=$(free_port)
+restart=(--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=netre
+  --nproc_per_node=1 --no_python --health_checks=network --health_check_timeout=20 --max_restarts=1)
+for n in ra rb; do
+  host=0
+  [[ $n == ra ]] && host=1
+  "$DTRUN" "${restart[@]}" --rdzv_conf="$FAST,is_host=$host" --log_dir="$work/logs/$n" \
+    --report="$work/$n.json" "$WORKER" fail 0 1 >"$work/$n.out" 2>&1 &
+  pid_of[$n]=$!
+  started_at[$n]=$SECONDS
+  pids+=("$!")
+  [[ $n == ra ]] && { wait_for "$work/ra.out" "rendezvous of job" || true; }
+done
+ok=0
+for n in ra rb; do expect_rc "$n" 0 || ok=1; done
+checks=$("$PYTHON" -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print(" ".join("%s:%s" % (c["round"], c["outcome"]) for c in doc.get("health_checks", [])
+               if c["check"] == "network"))' "$work/ra.json" 2>&1) || true
+if [[ $checks != "0:passed 1:passed" ]]; then
+  note_fail "restart: the store host's network checks by round: '$checks' (want 0:passed 1:passed)"
+  ok=1
+fi
+[[ $ok -eq 0 ]] && pass "a restart checked the network again and ran: $checks"
+
 # (2) Network namespaces: node3's link is slow; node3 alone is named and a spare replaces it.
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/dev/null ||
   ! command -v tc >/dev/null; then
