@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       return *refused;  // one line said why: 2 (a bad option) or 127 (no such program)
     }
     launch.prepareProcess();  // signals blocked before any thread; logging; notices
-    return launch.dryRun() ? launch.printDryRun() : launch.runAgent();
+    return launch.dryRun() ? launch.printDryRun() : launch.runAgent(launcher::versionLine());
   } catch (const std::exception& e) {
     std::cerr << "dtrun: " << e.what() << "\n";
     return 1;

@@ -86,7 +86,7 @@ int LaunchCommand::printDryRun() const {
   return 0;
 }
 
-int LaunchCommand::runAgent() const {
+int LaunchCommand::runAgent(std::string_view versionLine) const {
   if (ssh_ != nullptr) {
     return runSsh(*ssh_);
   }
@@ -101,7 +101,9 @@ int LaunchCommand::runAgent() const {
     }
   }
   log::launcher().info("{}", launchBanner(*plan_));
-  return agent::run(plan_->config);
+  agent::AgentConfig config = plan_->config;
+  config.dtrunVersion = versionLine;
+  return agent::run(config);
 }
 
 }  // namespace dtrun::launcher

@@ -7,9 +7,11 @@
 #include <future>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,6 +65,8 @@ class FakeProbe final : public HealthProbe {
     }
     return nvml[std::min(n, nvml.size() - 1)];
   }
+  OpenFileRoom files{65536, 65536, 1000000};
+  Result<OpenFileRoom> openFileRoom() override { return files; }
 };
 
 std::vector<GpuState> gpuStates(std::vector<GpuProcess> onGpu1 = {}, std::string fault1 = {}) {
@@ -104,16 +108,19 @@ TEST_CASE("health checks: every check passes on a healthy node, in a fixed order
   auto probe = std::make_shared<FakeProbe>();
   probe->devices = {{"/dev/nvidia0", true}, {"/dev/nvidia1", true}};
   const auto results = runHealthChecks(fullPlan(), probe);
-  REQUIRE(results.size() == 4);
+  REQUIRE(results.size() == 5);
   CHECK(results[0].check == "log_dir");
   CHECK(results[1].check == "entrypoint");
   CHECK(results[2].check == "store");
   CHECK(results[3].check == "gpus");
+  CHECK(results[4].check == "open_files");
   for (const auto& r : results) {
     CHECK(r.passed());
   }
   CHECK(results[0].detail == "writable, 1.0 GiB free in /logs");
   CHECK(results[3].detail == "2 planned GPU(s) present (NVML absent: device existence only)");
+  CHECK(results[4].detail ==
+        "a worker may open 65536 files (hard limit 65536), 1000000 file handles free system-wide");
   CHECK(probe->seenStoreHost == "10.0.0.1");
 }
 
@@ -272,7 +279,7 @@ TEST_CASE("health checks: the plan follows the configuration") {
   config.healthChecks.entrypoint = false;
   plan = planHealthChecks(config, "/logs", "127.0.0.1", 1, milliseconds(0));
   CHECK_FALSE(plan.checks.entrypoint);
-  CHECK(runHealthChecks(HealthPlan{.checks = {false, false, false, false}},
+  CHECK(runHealthChecks(HealthPlan{.checks = {false, false, false, false, false}},
                         std::make_shared<FakeProbe>())
             .empty());
 }
@@ -315,6 +322,52 @@ TEST_CASE("health checks: the system probe on real files, devices and a store") 
   auto server = dtrun::testing::startServer();
   CHECK(probe->pingStore("127.0.0.1", server->port(), "", milliseconds(0), milliseconds(2000))
             .isOk());
+}
+
+TEST_CASE("health checks: open files below the floor fail, naming the limit and how to raise it") {
+  OpenFileRoom room{256, 4096, 1000000};
+  auto [passed, detail] = judgeOpenFiles(room, 1024);
+  CHECK_FALSE(passed);
+  CHECK(detail ==
+        "a worker may open 256 files (RLIMIT_NOFILE), below the 1024 needed "
+        "(--health_min_open_files): run `ulimit -n 1024` before dtrun (the hard limit allows "
+        "4096)");
+  room.hard = 512;
+  std::tie(passed, detail) = judgeOpenFiles(room, 1024);
+  CHECK_FALSE(passed);
+  CHECK(detail.find("the hard limit (512) is below it too") != std::string::npos);
+  room = OpenFileRoom{RLIM_INFINITY, RLIM_INFINITY, 100};
+  std::tie(passed, detail) = judgeOpenFiles(room, 1024);
+  CHECK_FALSE(passed);
+  CHECK(detail.rfind("the system can open only 100 more files (fs.file-nr)", 0) == 0);
+  room.systemFree.reset();
+  std::tie(passed, detail) = judgeOpenFiles(room, 1024);
+  CHECK(passed);
+  CHECK(detail == "a worker may open unlimited files (hard limit unlimited)");
+}
+
+TEST_CASE("health checks: the system probe reads this process's open-file limit") {
+  // This process's own soft limit, lowered for the check and put back: what workers inherit.
+  struct rlimit saved {};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  struct rlimit low = saved;
+  low.rlim_cur = 200;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  HealthPlan plan;
+  plan.checks.logDir = plan.checks.entrypoint = plan.checks.store = plan.checks.gpus = false;
+  plan.checks.minOpenFiles = 300;
+  const auto results = runHealthChecks(plan, systemHealthProbe());
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].check == "open_files");
+  CHECK(results[0].outcome == Outcome::kFailed);
+  CHECK(results[0].detail.rfind("a worker may open 200 files (RLIMIT_NOFILE), below the 300", 0) ==
+        0);
+  plan.checks.minOpenFiles = 100;
+  const auto passed = runHealthChecks(plan, systemHealthProbe());
+  REQUIRE(passed.size() == 1);
+  CHECK(passed[0].passed());
+  CHECK(passed[0].detail.find("file handles free system-wide") != std::string::npos);
 }
 
 TEST_CASE("health checks: the system probe times out on a store that accepts and never answers") {

@@ -40,6 +40,10 @@ check "$work/success.json" 'all(0 <= t["workers_spawned"] <= x["store_connected"
 grep -q "dtrun: startup timeline of attempt 0" "$work/success.out" || die "success: --verbose printed no timeline"
 grep -qE "rank 2 communicator ready +[0-9]+\.[0-9]{3}$" "$work/success.out" || die "success: the timeline lacks rank 2's communicator"
 grep -q "dtrun: job 'success' succeeded after 1 attempt(s)" "$work/success.out" || die "success: no summary line"
+# The dtrun that ran the job, as --version names it (a bug report says which build it was).
+version=$("$DTRUN" --version)
+check "$work/success.json" "r['dtrun_version'] == '$version' and r['dtrun_version'].startswith('dtrun ')" \
+  "success: dtrun_version is --version's line ($version)"
 
 # Failure: rank 1 exits 5 after 4 stderr lines; the root cause carries them.
 run failure 5 --nproc_per_node=2 --shutdown_timeout=5 --no_python "$workers/exit_code.sh" stderr:4

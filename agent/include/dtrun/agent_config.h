@@ -103,6 +103,10 @@ struct HealthChecks {
   // The planned GPUs exist (when GPUs are placed); with NVML (dlopen'ed: `nvmlLibrary`), they
   // also need no reset and hold no other process's memory, waited for up to `gpuMemoryWait`.
   bool gpus = true;
+  // The open files the workers may hold: their soft RLIMIT_NOFILE, and the system's free file
+  // handles (fs.file-max), at least minOpenFiles.
+  bool openFiles = true;
+  std::uint64_t minOpenFiles = 1024;                      // --health_min_open_files
   std::uint64_t minFreeBytes = std::uint64_t{100} << 20;  // --health_min_free_mb
   std::chrono::milliseconds timeout{5000};                // --health_check_timeout, per check
   std::string nvmlLibrary = "libnvidia-ml.so.1";          // DTRUN_NVML_LIBRARY overrides it
@@ -114,7 +118,7 @@ struct HealthChecks {
   double netMinGbps = 1.0;      // --health_net_min_gbps (0 = not checked)
   double netMaxRttUs = 10000;   // --health_net_max_rtt_us (0 = not checked)
   // The local checks (network runs later, once the round formed).
-  [[nodiscard]] bool any() const { return logDir || entrypoint || store || gpus; }
+  [[nodiscard]] bool any() const { return logDir || entrypoint || store || gpus || openFiles; }
 };
 
 struct AgentConfig {
@@ -125,6 +129,7 @@ struct AgentConfig {
   // command[0] resolved once, by the launcher, to the file exec'd: the agent never searches PATH.
   std::string executable;
   std::string entrypointName;  // how logs and the failure report name the program
+  std::string dtrunVersion;    // dtrun's --version line, for the run report ("" = not known)
   int nprocPerNode = 1;
   std::string role = "default";
   std::string runId;  // never empty: the launcher generates one when the user gave none

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -155,6 +156,27 @@ class SystemProbe final : public HealthProbe {
     DTRUN_ASSIGN_OR_RETURN(auto nvml, loadNvml(library));
     return nvml->query(gpus);
   }
+
+  Result<OpenFileRoom> openFileRoom() override {
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      return Status::system("getrlimit(RLIMIT_NOFILE)", errno);
+    }
+    OpenFileRoom room;
+    room.soft = limit.rlim_cur;
+    room.hard = limit.rlim_max;
+    // "allocated unused max": the kernel's file handles in use and its ceiling.
+    unsigned long long allocated = 0;
+    unsigned long long unused = 0;
+    unsigned long long max = 0;
+    if (FILE* f = std::fopen("/proc/sys/fs/file-nr", "re")) {
+      if (std::fscanf(f, "%llu %llu %llu", &allocated, &unused, &max) == 3 && max >= allocated) {
+        room.systemFree = max - allocated;
+      }
+      std::fclose(f);
+    }
+    return room;
+  }
 };
 
 // One check's work: its result's outcome and detail.
@@ -204,6 +226,10 @@ std::string processText(const GpuProcess& p) {
 // The checks run before the round's workers start, so any process on a planned GPU belongs to
 // someone else, or is a previous attempt's whose memory the driver has not released yet: that is
 // waited for, up to --health_gpu_memory_wait.
+std::string limitText(std::uint64_t n) {
+  return n == RLIM_INFINITY ? std::string("unlimited") : std::to_string(n);
+}
+
 std::pair<Outcome, std::string> checkGpus(HealthProbe& probe, const HealthPlan& plan) {
   const auto began = std::chrono::steady_clock::now();
   const auto waitUntil = began + plan.checks.gpuMemoryWait;
@@ -308,6 +334,32 @@ HealthPlan planHealthChecks(const AgentConfig& config, const std::string& logDir
   return plan;
 }
 
+std::pair<bool, std::string> judgeOpenFiles(const OpenFileRoom& room, std::uint64_t minOpenFiles) {
+  const std::string floor = std::to_string(minOpenFiles);
+  if (room.soft < minOpenFiles) {
+    return {false, "a worker may open " + limitText(room.soft) +
+                       " files (RLIMIT_NOFILE), below the " + floor +
+                       " needed (--health_min_open_files): " +
+                       (room.hard >= minOpenFiles
+                            ? "run `ulimit -n " + floor + "` before dtrun (the hard limit allows " +
+                                  limitText(room.hard) + ")"
+                            : "the hard limit (" + limitText(room.hard) +
+                                  ") is below it too: raise nofile in /etc/security/limits.conf, "
+                                  "the container's or the scheduler's settings")};
+  }
+  if (room.systemFree && *room.systemFree < minOpenFiles) {
+    return {false, "the system can open only " + std::to_string(*room.systemFree) +
+                       " more files (fs.file-nr), below the " + floor +
+                       " needed (--health_min_open_files): raise fs.file-max or find the process "
+                       "holding them"};
+  }
+  return {true, "a worker may open " + limitText(room.soft) + " files (hard limit " +
+                    limitText(room.hard) + ")" +
+                    (room.systemFree ? ", " + std::to_string(*room.systemFree) +
+                                           " file handles free system-wide"
+                                     : std::string())};
+}
+
 std::string_view outcomeName(Outcome outcome) {
   switch (outcome) {
     case Outcome::kPassed:
@@ -380,6 +432,16 @@ std::vector<CheckResult> runHealthChecks(const HealthPlan& plan,
     // Waiting for a previous attempt's memory is part of the check: its bound grows by that wait.
     launch(kCheckGpus, bound + plan.checks.gpuMemoryWait,
            [probe, plan] { return checkGpus(*probe, plan); });
+  }
+  if (plan.checks.openFiles) {
+    launch(kCheckOpenFiles, bound, [probe, minOpenFiles = plan.checks.minOpenFiles] {
+      const auto room = probe->openFileRoom();
+      if (!room.isOk()) {
+        return fromStatus(room.status(), "");
+      }
+      auto [passed, detail] = judgeOpenFiles(room.value(), minOpenFiles);
+      return std::pair{passed ? Outcome::kPassed : Outcome::kFailed, std::move(detail)};
+    });
   }
   std::vector<CheckResult> results;
   const auto began = std::chrono::steady_clock::now();

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrun/agent_config.h"
@@ -24,6 +26,15 @@ inline constexpr std::string_view kCheckLogDir = "log_dir";
 inline constexpr std::string_view kCheckEntrypoint = "entrypoint";
 inline constexpr std::string_view kCheckStore = "store";
 inline constexpr std::string_view kCheckGpus = "gpus";
+inline constexpr std::string_view kCheckOpenFiles = "open_files";
+
+// This node's room for open files: the RLIMIT_NOFILE the workers inherit from the agent, and the
+// file handles the whole system may still allocate.
+struct OpenFileRoom {
+  std::uint64_t soft = 0;  // RLIM_INFINITY: unlimited
+  std::uint64_t hard = 0;
+  std::optional<std::uint64_t> systemFree;  // fs.file-max less fs.file-nr's allocated ones
+};
 
 // The system calls behind the checks. Each call may block (a hung file system, a silent
 // store); the caller bounds it. Implementations must be safe to call from several threads.
@@ -52,6 +63,8 @@ class HealthProbe {
   // NVML's state of `gpus` through `library`: kNotFound when NVML is absent (no driver).
   virtual Result<std::vector<GpuState>> gpuStates(const std::string& library,
                                                   const std::vector<int>& gpus) = 0;
+  // getrlimit(RLIMIT_NOFILE) and /proc/sys/fs/file-nr.
+  virtual Result<OpenFileRoom> openFileRoom() = 0;
 };
 
 // The real system calls.
@@ -80,6 +93,10 @@ HealthPlan planHealthChecks(const AgentConfig& config, const std::string& logDir
 // The planned GPUs' indices from the placement's CUDA_VISIBLE_DEVICES names ("0,1"); names that
 // are not indices (UUIDs, MIG names) are left out. Pure.
 std::vector<int> plannedGpuIndices(const std::vector<LocalPlacement>& placement);
+
+// The open_files check's verdict on `room` against the floor `minOpenFiles`: passed, or failed
+// with what to raise and how. Pure.
+std::pair<bool, std::string> judgeOpenFiles(const OpenFileRoom& room, std::uint64_t minOpenFiles);
 
 struct CheckResult {
   enum class Outcome : std::uint8_t { kPassed, kFailed, kTimedOut };

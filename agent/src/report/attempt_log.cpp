@@ -63,6 +63,7 @@ AttemptLog::AttemptLog(const AgentConfig& config, const std::string& host)
     : config_(config), events_(config.eventLogFile, config.runId, host) {
   record_.runId = config.runId;
   record_.entrypoint = config.entrypointName;
+  record_.dtrunVersion = config.dtrunVersion;
   record_.command = config.command;
   record_.host = host;
   record_.minNodes = config.multiNode ? config.multiNode->minNodes : 1;

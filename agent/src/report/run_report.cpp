@@ -175,6 +175,7 @@ std::string reportJson(const JobRecord& job) {
       {"entrypoint", job.entrypoint},
       {"command", job.command},
       {"host", job.host},
+      {"dtrun_version", job.dtrunVersion},
       {"nodes",
        {{"min", job.minNodes},
         {"max", job.maxNodes},

@@ -80,6 +80,7 @@ struct JobRecord {
   std::string entrypoint;
   std::vector<std::string> command;
   std::string host;
+  std::string dtrunVersion;  // the --version line of the dtrun that ran this node
   int minNodes = 1;
   int maxNodes = 1;
   int nprocPerNode = 1;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -51,8 +52,9 @@ class LaunchCommand {
   [[nodiscard]] bool dryRun() const;
   // --dry-run: prints the plan (banner, rank table, each worker's environment); returns 0.
   int printDryRun() const;
-  // Logs the launch banner and runs the agent; returns dtrun's exit code.
-  int runAgent() const;
+  // Logs the launch banner and runs the agent, which puts `versionLine` (--version's) in its
+  // run report; returns dtrun's exit code.
+  int runAgent(std::string_view versionLine) const;
 
  private:
   CLI::App& app_;
