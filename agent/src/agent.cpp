@@ -11,14 +11,11 @@
 #include <boost/asio/post.hpp>
 
 #include "agent_wiring.h"
-#include "console/console_relay.h"
-#include "job/job_setup.h"
-#include "job/process_facts.h"
-#include "job/run_dir.h"
+#include "console/console.h"
+#include "job/job.h"
 #include "log.h"
-#include "report/job_report.h"
-#include "report/root_cause_file.h"
-#include "workers/worker_guardian.h"
+#include "report/report.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent {
 

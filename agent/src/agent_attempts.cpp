@@ -8,9 +8,9 @@
 #include <boost/asio/post.hpp>
 
 #include "agent_wiring.h"
-#include "job/attempt_policy.h"
+#include "job/job.h"
 #include "log.h"
-#include "report/root_cause_file.h"
+#include "report/report.h"
 
 namespace dtrun::agent::detail {
 namespace {

@@ -8,9 +8,9 @@
 #include <boost/asio/post.hpp>
 
 #include "agent_wiring.h"
-#include "job/job_setup.h"
+#include "job/job.h"
 #include "log.h"
-#include "report/job_report.h"
+#include "report/report.h"
 
 namespace dtrun::agent::detail {
 

@@ -29,17 +29,12 @@
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
-#include "console/console_relay.h"
-#include "hang/hang_watch.h"
-#include "health/health_gate.h"
-#include "job/attempt_policy.h"
-#include "job/attempt_progress.h"
-#include "job/job_coordinator.h"
-#include "job/signal_feed.h"
-#include "report/attempt_log.h"
-#include "report/failure_report.h"
-#include "workers/oom_kills.h"
-#include "workers/worker_group.h"
+#include "console/console.h"
+#include "hang/hang.h"
+#include "health/health.h"
+#include "job/job.h"
+#include "report/report.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 

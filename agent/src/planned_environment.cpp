@@ -5,7 +5,7 @@
 
 #include "dtrun/agent.h"
 
-#include "workers/worker_env.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent {
 

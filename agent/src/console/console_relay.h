@@ -21,7 +21,7 @@
 #include "dtrun/rendezvous.h"
 
 #include "console/collapsed_console.h"
-#include "job/job_coordinator.h"
+#include "job/job.h"
 
 namespace dtrun::agent::detail {
 

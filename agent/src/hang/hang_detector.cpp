@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "workers/child_process.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 namespace {

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #include "progress_file.h"
-#include "report/run_report.h"
+#include "report/report.h"
 
 namespace dtrun::agent::detail {
 

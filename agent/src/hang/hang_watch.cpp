@@ -10,10 +10,10 @@
 
 #include <boost/asio/post.hpp>
 
-#include "job/attempt_policy.h"
+#include "job/job.h"
 #include "log.h"
-#include "report/failure_report.h"
-#include "workers/worker_env.h"
+#include "report/report.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 namespace {

@@ -24,9 +24,8 @@
 
 #include "hang/hang_detector.h"
 #include "hang/progress_exchange.h"
-#include "report/failure_report.h"
-#include "report/run_report.h"
-#include "workers/worker_group.h"
+#include "report/report.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 

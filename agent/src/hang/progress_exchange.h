@@ -18,7 +18,7 @@
 #include "dtrun/rendezvous.h"
 
 #include "hang/hang_detector.h"
-#include "job/job_coordinator.h"
+#include "job/job.h"
 
 namespace dtrun::agent::detail {
 

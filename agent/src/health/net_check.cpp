@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_text.h"
-#include "workers/child_process.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 

@@ -12,12 +12,12 @@
 #include "dtrun/agent_config.h"
 #include "dtrun/round.h"
 
-#include "health/health_checks.h"
-#include "job/attempt_policy.h"
+#include "health/health.h"
+#include "job/job.h"
 #include "report/event_log.h"
 #include "report/failure_report.h"
 #include "report/run_report.h"
-#include "workers/worker_group.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 

@@ -9,7 +9,7 @@
 
 #include <sys/types.h>
 
-#include "workers/child_process.h"
+#include "workers/workers.h"
 
 namespace dtrun::agent::detail {
 

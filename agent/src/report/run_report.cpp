@@ -14,7 +14,7 @@
 #include "dtrun/placement.h"
 
 #include "iso_time.h"
-#include "job/attempt_policy.h"
+#include "job/job.h"
 #include "json_text.h"
 
 namespace dtrun::agent::detail {

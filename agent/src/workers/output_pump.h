@@ -21,9 +21,7 @@
 
 #include "dtrun/common.h"
 
-#include "console/collapsed_console.h"
-#include "console/console_lines.h"
-#include "console/console_out.h"
+#include "console/console.h"
 
 namespace dtrun::agent::detail {
 

@@ -1,0 +1,7 @@
+// The health room's interface: the checks before a round and the gate that runs them, the network
+// check included.
+// Other rooms and the wiring include this header only; the files it lists are the room's own.
+#pragma once
+
+#include "health/health_checks.h"  // IWYU pragma: export
+#include "health/health_gate.h"    // IWYU pragma: export

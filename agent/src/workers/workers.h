@@ -1,0 +1,10 @@
+// The workers room's interface: a worker process, one attempt's worker group, the workers'
+// environment, the guardian that outlives the agent, the cgroup's OOM kills.
+// Other rooms and the wiring include this header only; the files it lists are the room's own.
+#pragma once
+
+#include "workers/child_process.h"    // IWYU pragma: export
+#include "workers/oom_kills.h"        // IWYU pragma: export
+#include "workers/worker_env.h"       // IWYU pragma: export
+#include "workers/worker_group.h"     // IWYU pragma: export
+#include "workers/worker_guardian.h"  // IWYU pragma: export
