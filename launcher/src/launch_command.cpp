@@ -4,15 +4,15 @@
 
 #include "dtrun/launcher.h"
 
+#include "fanout/ssh_fanout.h"
+#include "fanout/stdin_watch.h"
 #include "host_facts.h"
 #include "launch_plan.h"
 #include "log.h"
 #include "option_table.h"
 #include "plan_text.h"
 #include "signal_mask.h"
-#include "ssh_fanout.h"
 #include "ssh_plan.h"
-#include "stdin_watch.h"
 
 namespace dtrun::launcher {
 
@@ -26,7 +26,7 @@ std::optional<int> LaunchCommand::plan() {
   raw_->program = app_.remaining();
   if (wantsSsh(*raw_)) {  // --hostfile/--hosts: one agent per host over ssh, started from here
     const HostFacts host = readHostFacts();
-    auto ssh = planSsh(*raw_, host, readSshFacts(host));
+    auto ssh = planSsh(*raw_, host, readSshFacts(host.env, host.resolveProgram));
     if (!ssh.isOk()) {
       std::cerr << "dtrun: " << ssh.status().message() << "\n";
       return kUsageError;

@@ -5,10 +5,14 @@
 //   resolver.h               command line > PET_* > the scheduler's allocation > default
 //   scheduler_merge.{h,cpp}  the SLURM/PBS allocation merged below the user's settings
 //   launch_plan.{h,cpp}      validate(): everything above -> LaunchPlan, pure
+//   *_options.{h,cpp}        validate()'s parts, each named for what it checks (rendezvous,
+//                            stop, restart, log, insight, health, placement, etcd)
 //   host_facts.{h,cpp}       readHostFacts(): the launcher's only system calls
 //   plan_text.{h,cpp}        the banner and --dry-run's text
 //   launch_command.cpp       dtrun/launcher.h's LaunchCommand: plan, signals, logging, the agent
 //   store_command.cpp        `dtrun store`
+//   fanout/                  the launch over ssh run, the hostfile, --watch_stdin (below all this)
+//   report/                  `dtrun report`'s HTML page (below all this)
 #pragma once
 
 #include "dtrun/launcher.h"

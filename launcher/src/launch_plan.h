@@ -2,10 +2,6 @@
 // launch plan. Pure: everything it learns comes in HostFacts.
 #pragma once
 
-#include <string>
-#include <utility>
-#include <vector>
-
 #include "dtrun/common.h"
 
 #include "launch_model.h"
@@ -17,11 +13,5 @@ namespace dtrun::launcher {
 // plan. An error's message is one line naming the flag (or environment variable) and what was
 // expected, without the "dtrun: " prefix; Errc::kNotFound when the program cannot be found.
 [[nodiscard]] Result<LaunchPlan> validate(const RawOptions& raw, const HostFacts& host);
-
-// The store's token from --rdzv_conf token, --rdzv_conf token_file, DTRUN_STORE_TOKEN or
-// DTRUN_STORE_TOKEN_FILE (first found wins; "" = none; a file's trailing newline is dropped).
-// Errors name the source: an unreadable file, an empty token or one with spaces.
-[[nodiscard]] Result<std::string> resolveStoreToken(
-    const std::vector<std::pair<std::string, std::string>>& rdzvConf, const HostFacts& host);
 
 }  // namespace dtrun::launcher

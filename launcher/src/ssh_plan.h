@@ -14,40 +14,14 @@
 
 #include "dtrun/common.h"
 
-#include "hostfile.h"
+#include "fanout/hostfile.h"
+#include "fanout/ssh_job.h"
 #include "launch_model.h"
 
 namespace dtrun::launcher {
 
-// What planning over ssh needs to know beyond HostFacts (readSshFacts() reads them).
-struct SshFacts {
-  std::string cwd;         // the launcher's working directory: every host's, by default
-  std::string selfExe;     // this dtrun: what the hosts run unless --remote_dtrun says otherwise
-  std::string sshProgram;  // ssh on this host's PATH; "" when there is none
-};
-
-// One host's part of the job.
-struct SshNode {
-  std::string host;  // as listed (ssh's destination and the console prefix)
-  int nodeRank = 0;
-  std::vector<std::string> argv;  // ssh's, the remote command last
-  std::string remoteCommand;      // what the host's login shell runs
-};
-
-struct SshPlan {
-  std::vector<SshNode> nodes;
-  std::string rdzvId;
-  std::string rdzvEndpoint;  // host:port of the job's store
-  // The agents' grace before SIGKILL (--shutdown_timeout): bounds the launcher's waits.
-  std::chrono::milliseconds shutdownTimeout{0};
-  bool dryRun = false;
-};
-
 // The options only the ssh launch reads, and the one a remote agent gets.
 inline constexpr std::string_view kWatchStdinDest = "watch_stdin";
-// The line a remote agent writes to stderr once its stdin is watched (and before its banner): up
-// to it, the session's stderr is ssh's and the remote shell's, reported as why a host failed.
-inline constexpr std::string_view kRemoteReadyLine = "dtrun: remote agent ready";
 
 // Whether the command line asks for a launch over ssh (--hostfile or --hosts).
 bool wantsSsh(const RawOptions& raw);

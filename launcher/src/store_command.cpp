@@ -13,8 +13,8 @@
 #include "dtrun/round.h"
 
 #include "host_facts.h"
-#include "launch_plan.h"
 #include "log.h"
+#include "rendezvous_options.h"
 #include "signal_mask.h"
 
 namespace dtrun::launcher {

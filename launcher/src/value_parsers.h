@@ -42,6 +42,9 @@ Result<int> parsePort(const Setting& setting);
 Result<std::vector<std::pair<std::string, std::string>>> parseRdzvConf(const Setting& setting);
 // --local_ranks_filter: local ranks joined by commas.
 Result<std::optional<std::set<int>>> parseLocalRanksFilter(const Setting& setting);
+// The most seconds a duration option takes (--shutdown_timeout, --hang_timeout, the health
+// checks' waits): keeps the milliseconds far from overflow.
+inline constexpr double kMaxDurationSeconds = 1.0e6;
 // A --rdzv_conf value in seconds.
 Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std::string& value);
 

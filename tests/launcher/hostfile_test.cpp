@@ -1,6 +1,6 @@
 // The hosts of `dtrun --hostfile` / `--hosts`: DeepSpeed's and OpenMPI's hostfile formats, the
 // errors (file:line and the fix), --include / --exclude, and the line cutter of the consoles.
-#include "hostfile.h"
+#include "fanout/hostfile.h"
 
 #include <optional>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "line_cutter.h"
+#include "fanout/line_cutter.h"
 
 namespace {
 

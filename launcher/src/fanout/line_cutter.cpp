@@ -1,4 +1,4 @@
-#include "line_cutter.h"
+#include "fanout/line_cutter.h"
 
 namespace dtrun::launcher {
 

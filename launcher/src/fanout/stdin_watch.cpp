@@ -1,4 +1,4 @@
-#include "stdin_watch.h"
+#include "fanout/stdin_watch.h"
 
 #include <array>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "ssh_fanout.h"
+#include "fanout/ssh_fanout.h"
 
 #include <algorithm>
 #include <array>
@@ -21,8 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dtrun/common.h"
+
+#include "fanout/line_cutter.h"
 #include "fd_io.h"
-#include "line_cutter.h"
 #include "signal_mask.h"
 
 namespace dtrun::launcher {
@@ -513,14 +515,16 @@ class Fanout {
 
 }  // namespace
 
-SshFacts readSshFacts(const HostFacts& host) {
+SshFacts readSshFacts(
+    const std::map<std::string, std::string, std::less<>>& env,
+    const std::function<std::optional<std::string>(const std::string& program)>& resolveProgram) {
   SshFacts facts;
   std::error_code error;
   const std::filesystem::path physical = std::filesystem::current_path(error);
   facts.cwd = error ? std::string() : physical.string();
   // The shell's logical directory when it is the same one: /home/u may be a link that each
   // host resolves to its own mount.
-  if (const auto pwd = host.env.find("PWD"); pwd != host.env.end() && !facts.cwd.empty()) {
+  if (const auto pwd = env.find("PWD"); pwd != env.end() && !facts.cwd.empty()) {
     struct stat logical {};
     struct stat real {};
     if (::stat(pwd->second.c_str(), &logical) == 0 && ::stat(facts.cwd.c_str(), &real) == 0 &&
@@ -530,7 +534,7 @@ SshFacts readSshFacts(const HostFacts& host) {
   }
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   facts.selfExe = error ? std::string() : self.string();
-  facts.sshProgram = host.resolveProgram("ssh").value_or("");
+  facts.sshProgram = resolveProgram("ssh").value_or("");
   return facts;
 }
 

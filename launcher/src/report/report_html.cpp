@@ -1,4 +1,4 @@
-#include "report_html.h"
+#include "report/report_html.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "hostfile.h"
+#include "fanout/hostfile.h"
 
 #include <algorithm>
 #include <cctype>

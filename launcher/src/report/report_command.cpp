@@ -6,7 +6,7 @@
 
 #include "dtrun/launcher.h"
 
-#include "report_html.h"
+#include "report/report_html.h"
 
 namespace dtrun::launcher {
 namespace {

@@ -1,0 +1,86 @@
+#include "insight_options.h"
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "health_options.h"
+#include "text.h"
+#include "value_parsers.h"
+
+namespace dtrun::launcher {
+
+using text::trim;
+
+// dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
+Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
+  agent::AgentConfig& config = plan.config;
+  if (const auto report = options.find("report")) {
+    if (trim(report->text).empty()) {
+      return expected(*report, "a file path for the JSON report");
+    }
+    if (const std::string why = host.whyNotWritable(report->text); !why.empty()) {
+      return Status::invalidArgument("--report=" + report->text + " cannot be written: " + why);
+    }
+    config.reportFile = report->text;
+  }
+  if (const auto events = options.find("event_log")) {
+    if (trim(events->text).empty()) {
+      return expected(*events, "a file path for the JSON-lines event log");
+    }
+    if (const std::string why = host.whyNotWritable(events->text); !why.empty()) {
+      return Status::invalidArgument("--event_log=" + events->text + " cannot be written: " + why);
+    }
+    config.eventLogFile = events->text;
+  }
+  DTRUN_TRY(resolveHealthChecks(options, host, config.healthChecks));
+  const auto console = options.get("console", "ranks");
+  if (console.text != "ranks" && console.text != "collapse") {
+    return expected(console, "ranks or collapse");
+  }
+  config.console = console.text == "collapse" ? agent::AgentConfig::Console::kCollapse
+                                              : agent::AgentConfig::Console::kRanks;
+  // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
+  // get their own per-rank files).
+  config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");
+  if (!config.errorFile.empty()) {
+    if (const std::string why = host.whyNotWritable(config.errorFile); !why.empty()) {
+      return Status::invalidArgument("TORCHELASTIC_ERROR_FILE=" + config.errorFile +
+                                     " cannot be written: " + why +
+                                     " (set it to a writable path, or unset it)");
+    }
+  }
+  const auto hangSetting = options.get("hang_timeout", "0");
+  const auto hangSeconds = parseNumber(hangSetting.text);
+  if (!hangSeconds || *hangSeconds < 0 || *hangSeconds > kMaxDurationSeconds) {
+    return expected(hangSetting, "a non-negative number of seconds (0 = off)");
+  }
+  config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
+  DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
+  const auto hook = options.get("python_hook", "auto");
+  if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
+    return expected(hook, "auto, on or off");
+  }
+  // --verbose's startup timeline reads the store and communicator times from the hook.
+  if (hook.text == "on" ||
+      (hook.text == "auto" && (config.hangTimeout.count() > 0 || config.verbose))) {
+    static constexpr std::string_view kMissing =
+        "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
+        "dtrun";
+    if (!host.pythonHookDir.empty()) {
+      config.pythonHookDir = host.pythonHookDir;
+    } else if (hook.text == "on") {
+      return Status::error(Errc::kInvalidArgument,
+                           std::string(kMissing) + ": reinstall dtrun, or pass --python_hook=off");
+    } else if (config.hangTimeout.count() > 0) {
+      plan.notices.push_back("dtrun: " + std::string(kMissing) +
+                             ": Python workers that do not import dtrun_progress are not judged "
+                             "by --hang_timeout (reinstall dtrun to have them judged)");
+    }
+  }
+  DTRUN_ASSIGN_OR_RETURN(plan.dryRun, options.flag("dry_run"));
+  return Status::ok();
+}
+
+}  // namespace dtrun::launcher
