@@ -11,13 +11,13 @@ namespace dtrun::launcher {
 
 using text::trim;
 
-// --health_checks, --health_check_timeout, --health_min_free_mb, --health_gpu_memory_wait,
-// --health_net_min_gbps, --health_net_max_rtt_us.
+// --health_checks, --health_check_timeout, --health_min_free_mb, --health_min_open_files,
+// --health_gpu_memory_wait, --health_net_min_gbps, --health_net_max_rtt_us.
 Status resolveHealthChecks(const Resolver& options, const HostFacts& host,
                            agent::HealthChecks& checks) {
   const auto list = options.get("health_checks", "local");
   checks = agent::HealthChecks{};
-  checks.logDir = checks.entrypoint = checks.store = checks.gpus = false;
+  checks.logDir = checks.entrypoint = checks.store = checks.gpus = checks.openFiles = false;
   const auto names = text::split(list.text, ',');
   for (const auto name : names) {
     const std::string_view n = trim(name);
@@ -25,7 +25,7 @@ Status resolveHealthChecks(const Resolver& options, const HostFacts& host,
       continue;
     }
     if (n == "local") {
-      checks.logDir = checks.entrypoint = checks.store = checks.gpus = true;
+      checks.logDir = checks.entrypoint = checks.store = checks.gpus = checks.openFiles = true;
     } else if (n == "log_dir") {
       checks.logDir = true;
     } else if (n == "entrypoint") {
@@ -34,11 +34,15 @@ Status resolveHealthChecks(const Resolver& options, const HostFacts& host,
       checks.store = true;
     } else if (n == "gpus") {
       checks.gpus = true;
+    } else if (n == "open_files") {
+      checks.openFiles = true;
     } else if (n == "network") {
       checks.network = true;
     } else {
-      return expected(list,
-                      "a comma list of local, log_dir, entrypoint, store, gpus, network, or none");
+      return expected(
+          list,
+          "a comma list of local, log_dir, entrypoint, store, gpus, open_files, network, "
+          "or none");
     }
   }
   if (checks.network) {
@@ -83,6 +87,12 @@ Status resolveHealthChecks(const Resolver& options, const HostFacts& host,
     return expected(freeSetting, "a non-negative number of MiB (0 = any free space)");
   }
   checks.minFreeBytes = static_cast<std::uint64_t>(std::llround(*mib * 1024.0 * 1024.0));
+  const auto openFiles = options.get("health_min_open_files", "1024");
+  const auto files = parseNumber(openFiles.text);
+  if (!files || *files < 0 || *files > 1e9 || *files != std::floor(*files)) {
+    return expected(openFiles, "a whole number of files (0 = not checked)");
+  }
+  checks.minOpenFiles = static_cast<std::uint64_t>(*files);
   const auto gpuWait = options.get("health_gpu_memory_wait", "30");
   const auto gpuSeconds = parseNumber(gpuWait.text);
   if (!gpuSeconds || *gpuSeconds < 0 || *gpuSeconds > kMaxDurationSeconds) {

@@ -4,8 +4,7 @@
 
 #include "dtrun/launcher.h"
 
-#include "fanout/ssh_fanout.h"
-#include "fanout/stdin_watch.h"
+#include "fanout/fanout.h"
 #include "host_facts.h"
 #include "launch_plan.h"
 #include "log.h"

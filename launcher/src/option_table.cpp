@@ -128,6 +128,9 @@ constexpr std::array kOptions = {
                "Seconds each health check may take before it counts as failed (default 5)"},
     OptionSpec{"health_min_free_mb", "", Kind::kValue, false,
                "Free space the log directory's file system needs, in MiB (default 100)"},
+    OptionSpec{"health_min_open_files", "", Kind::kValue, false,
+               "Files a worker must be able to open (RLIMIT_NOFILE) and the system have free "
+               "(default 1024)"},
     OptionSpec{"health_gpu_memory_wait", "", Kind::kValue, false,
                "Seconds the gpus check (with NVML) waits for another process's memory on a "
                "planned GPU to be released before the node counts as busy (default 30)"},

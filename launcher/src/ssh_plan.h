@@ -14,8 +14,7 @@
 
 #include "dtrun/common.h"
 
-#include "fanout/hostfile.h"
-#include "fanout/ssh_job.h"
+#include "fanout/fanout.h"
 #include "launch_model.h"
 
 namespace dtrun::launcher {

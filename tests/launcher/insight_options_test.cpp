@@ -173,23 +173,29 @@ TEST_CASE("health checks: network is opt-in and needs dtrun-netcheck", "[unit][l
 
 TEST_CASE("health checks: local by default, none, a list, and bad values", "[unit][launcher]") {
   auto c = planOk({"x.py"}).config.healthChecks;
-  CHECK((c.logDir && c.entrypoint && c.store && c.gpus));
+  CHECK((c.logDir && c.entrypoint && c.store && c.gpus && c.openFiles));
   CHECK(c.timeout == 5000ms);
   CHECK(c.minFreeBytes == std::uint64_t{100} << 20);
+  CHECK(c.minOpenFiles == 1024);
   c = planOk({"--health_checks=none", "x.py"}).config.healthChecks;
   CHECK_FALSE(c.any());
   c = planOk({"--health_checks=log_dir,store", "--health_check_timeout=0.5",
               "--health_min_free_mb=1", "x.py"})
           .config.healthChecks;
-  CHECK((c.logDir && c.store && !c.entrypoint && !c.gpus));
+  CHECK((c.logDir && c.store && !c.entrypoint && !c.gpus && !c.openFiles));
   CHECK(c.timeout == 500ms);
   CHECK(c.minFreeBytes == std::uint64_t{1} << 20);
   CHECK(c.gpuMemoryWait == 30000ms);
   CHECK_FALSE(c.network);
+  c = planOk({"--health_checks=open_files", "--health_min_open_files=4096", "x.py"})
+          .config.healthChecks;
+  CHECK((c.openFiles && !c.logDir && !c.store && !c.entrypoint && !c.gpus));
+  CHECK(c.minOpenFiles == 4096);
   for (const std::string bad :
        {"--health_checks=local,bogus", "--health_checks=network", "--health_checks=none,local",
         "--health_check_timeout=0", "--health_min_free_mb=-1", "--health_gpu_memory_wait=x",
-        "--health_net_min_gbps=-1", "--health_net_max_rtt_us=fast"}) {
+        "--health_net_min_gbps=-1", "--health_net_max_rtt_us=fast", "--health_min_open_files=1.5",
+        "--health_min_open_files=-3"}) {
     const auto p = plan({bad, "x.py"});
     REQUIRE_FALSE(p.isOk());
     CHECK(p.status().message().find(bad.substr(0, bad.find('='))) != std::string::npos);
