@@ -9,7 +9,7 @@
 // default transport, "tcp" under DTRUN_TRANSPORT=tcp). --algo-sweep measures all_reduce once per
 // algorithm the tcp backend has (DTRUN_ALLREDUCE_ALGO=doubling, ring, hier, and direct unless
 // DTRUN_TRANSPORT=tcp: one group each), printed as impl=<label>/<algo>: the thresholds in
-// tcp_communicator.cpp come from these. Rank 0 prints one line per measurement:
+// tcp_algorithm_choice.cpp come from these. Rank 0 prints one line per measurement:
 //   result impl=tcp n=2 op=all_reduce bytes=4096 iters=200 median_us=21.4 algbw_GBps=0.191
 //   busbw_GBps=0.191
 // all_reduce is sum over f32; each iteration is timed on every rank and the iteration's time is

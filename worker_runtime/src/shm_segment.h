@@ -1,6 +1,6 @@
 // A shared-memory segment for a whole Tcp-backend group on one host: the "direct" all_reduce's
-// slots (tcp_communicator.cpp). Group rank 0 creates it in $DTRUN_SHM_DIR (default /dev/shm) and
-// sends its path over the group's own messages; the others map it and answer; rank 0 then
+// slots (tcp_allreduce_direct.cpp). Group rank 0 creates it in $DTRUN_SHM_DIR (default /dev/shm)
+// and sends its path over the group's own messages; the others map it and answer; rank 0 then
 // unlinks it, so a crash later leaves nothing behind (as for the pairs' rings, shm_setup.h).
 // Plain memory, no control words: who may read or write which slot is ordered by the group's
 // messages (a message's arrival happens after everything its sender wrote before sending it).

@@ -1,0 +1,100 @@
+#include "tcp_algorithm_choice.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "dtrun/runtime.h"
+
+namespace dtrun::runtime::detail::tcp {
+namespace {
+
+// The thresholds that pick an algorithm, in one table: measured with bench/collectives/run.sh's
+// algorithm sweep (bench/README.md), re-measure there before moving one.
+constexpr std::size_t kSmallBytes =
+    std::size_t{64} * 1024;  // binomial trees (broadcast, reduce) up to this
+// all_reduce thresholds, from bench/collectives/run.sh's algorithm sweep (bench/README.md; 2 and
+// 4 ranks on this 2-core machine). One host, at most 4 ranks: the star (every rank sends to
+// rank 0, which reduces in rank order and sends the result back: the hierarchical algorithm with
+// one host) beat doubling and ring at every size up to 2 MiB at 2 ranks and up to 256 KiB at 4
+// (medians of 3 sweeps; single sweeps put the crossovers between 256 KiB and 8 MiB): two steps,
+// and one rank reduces instead of all of them, which is what counts when ranks share few cores.
+// The ring wins above (from 4 MiB at 2 ranks, 512 KiB at 4).
+constexpr std::size_t kRingFromOneHostPair = std::size_t{4} << 20U;
+constexpr std::size_t kRingFromOneHost = std::size_t{512} << 10U;
+constexpr int kStarMaxRanks = 4;
+// More ranks on one host (not measured here: flat doubling/ring), and between hosts: the ring
+// beat doubling from 64 KiB (shm, 4 ranks) to 512 KiB (shm, 2 ranks), from 128-256 KiB over
+// sockets. A star across hosts would funnel n - 1 buffers through one NIC: never used there.
+constexpr std::size_t kRingFromShm = std::size_t{64} * 1024;
+constexpr std::size_t kRingFromTcp = std::size_t{128} * 1024;
+// The direct all_reduce (every rank on one host, all over shared memory), from the same sweep
+// (medians of 3): it beat every other algorithm at every size from 4 MiB at 2 ranks (below, the
+// star and doubling are as fast: one exchange) and from 256 KiB at 4 ranks (below, the star's
+// two steps win). 3 ranks, and more than 4 (not measured here), take the 4-rank threshold.
+constexpr std::size_t kDirectFromPair = std::size_t{4} << 20U;
+constexpr std::size_t kDirectFrom = std::size_t{256} << 10U;
+
+}  // namespace
+
+AllReduceAlgo allReduceAlgo() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
+  const char* text = std::getenv("DTRUN_ALLREDUCE_ALGO");
+  const std::string name = text != nullptr ? text : "";
+  if (name.empty() || name == "auto") {
+    return AllReduceAlgo::kAuto;
+  }
+  if (name == "doubling") {
+    return AllReduceAlgo::kDoubling;
+  }
+  if (name == "ring") {
+    return AllReduceAlgo::kRing;
+  }
+  if (name == "hier") {
+    return AllReduceAlgo::kHierarchical;
+  }
+  if (name == "direct") {
+    return AllReduceAlgo::kDirect;
+  }
+  throw ConfigError("DTRUN_ALLREDUCE_ALGO='" + name +
+                    "': expected auto (by size and topology), doubling, ring, hier or direct");
+}
+
+AllReduceChoice::AllReduceChoice(int ranks, std::size_t hosts)
+    : ranks_(ranks),
+      hosts_(hosts),
+      // Single-host groups use shared memory throughout (unless it is unavailable or off, which
+      // the socket threshold then covers too: the two are measured within a few KiB).
+      ringFrom_(hosts == 1 ? kRingFromShm : kRingFromTcp),
+      starBelow_(hosts > 1 || ranks > kStarMaxRanks ? 0
+                 : ranks == 2                       ? kRingFromOneHostPair
+                                                    : kRingFromOneHost),
+      directFrom_(ranks == 2 ? kDirectFromPair : kDirectFrom) {}
+
+bool AllReduceChoice::wantsDirect(AllReduceAlgo forced, std::size_t bytes) const {
+  return forced == AllReduceAlgo::kDirect ||
+         (forced == AllReduceAlgo::kAuto && bytes >= directFrom_);
+}
+
+AllReduceAlgo AllReduceChoice::choose(AllReduceAlgo forced, std::size_t bytes, bool direct) const {
+  if (direct) {
+    return AllReduceAlgo::kDirect;
+  }
+  if (forced != AllReduceAlgo::kAuto && forced != AllReduceAlgo::kDirect) {
+    return forced;
+  }
+  // Across hosts with some sharing one: the in-host legs go through shared memory, and only
+  // one rank per host crosses the network.
+  const bool hierarchical =
+      (hosts_ > 1 && hosts_ < static_cast<std::size_t>(ranks_)) || bytes < starBelow_;
+  return hierarchical        ? AllReduceAlgo::kHierarchical
+         : bytes < ringFrom_ ? AllReduceAlgo::kDoubling
+                             : AllReduceAlgo::kRing;
+}
+
+bool leadersUseRing(std::size_t bytes) { return bytes >= kRingFromTcp; }
+
+bool broadcastByTree(std::size_t bytes, int ranks) { return bytes <= kSmallBytes || ranks <= 2; }
+
+bool reduceByTree(std::size_t bytes) { return bytes <= kSmallBytes; }
+
+}  // namespace dtrun::runtime::detail::tcp
