@@ -159,11 +159,7 @@ void Transport::pumpRead(Peer& p) {
       continue;
     }
     if (n == 0) {
-      if (p.leaving) {
-        peerFailed(p, "connection to " + peerName(p) + " closed (it left the group)", false);
-      } else {
-        peerFailed(p, "connection to " + peerName(p) + " closed", true);
-      }
+      peerClosed(p);
       return;
     }
     const int err = errno;

@@ -293,6 +293,14 @@ void Transport::fail(Op& op, const std::string& reason) {
   asyncFinished_ = asyncFinished_ || op.async;
 }
 
+void Transport::peerClosed(Peer& p) {
+  if (p.leaving) {
+    peerFailed(p, "connection to " + peerName(p) + " closed (it left the group)", false);
+  } else {
+    peerFailed(p, "connection to " + peerName(p) + " closed", true);
+  }
+}
+
 void Transport::peerFailed(Peer& p, const std::string& reason, bool crashed) {
   if (p.dead) {
     return;

@@ -203,6 +203,8 @@ class Transport {
   void complete(Op& op);
   void fail(Op& op, const std::string& reason);
   void peerFailed(Peer& p, const std::string& reason, bool crashed);
+  // The peer's connection reached its end: a peer that said goodbye left, any other crashed.
+  void peerClosed(Peer& p);
   void sendControl(Peer& p, std::uint64_t tag, const std::string& payload);
   bool matchUnexpected(Peer& p, Op& op);
   Chunk takeChunk(std::size_t size);

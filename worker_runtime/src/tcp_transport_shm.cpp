@@ -72,11 +72,7 @@ void Transport::pumpReadShm(Peer& p) {
     if (n == 0) {
       // Whatever the peer wrote before it closed (its goodbye, an abort reason) is in the ring.
       drainRing(p);
-      if (p.leaving) {
-        peerFailed(p, "connection to " + peerName(p) + " closed (it left the group)", false);
-      } else {
-        peerFailed(p, "connection to " + peerName(p) + " closed", true);
-      }
+      peerClosed(p);
       return;
     }
     const int err = errno;
