@@ -53,7 +53,9 @@ Agent::Agent(const AgentConfig& config)
                                   job_->endRound(rdzv::RoundEnd{rdzv::RoundEnd::Kind::kMembership,
                                                                 std::move(reason), "", 1});
                                 }}),
-      log_(config, host_) {}
+      log_(config, host_) {
+  group_.onStuck([this] { onWorkersStuck(); });
+}
 
 int Agent::run() {
   if (auto s = prepare(); !s.isOk()) {

@@ -57,6 +57,7 @@ void Agent::startAttempt() {
     iterationAtStart_ = readIteration(config_.progressFile);
   }
   attemptSettled_ = false;
+  workerStuck_ = false;
   oomKillsBefore_ = oomKills_.kills();
   attemptDir_ = attemptDir;
   log_.begin(restartCount_, attemptDir, assignment_, joinSent_, roundClosed_);
@@ -119,6 +120,21 @@ void Agent::onWorkerExited(const Worker& w, ExitStatus status) {
     }
     failures_.push_back(failure);
   }
+  if (group_.allExited()) {
+    onAllExited();
+  }
+}
+
+// Workers SIGKILL could not end were abandoned: each is named with where it waits, and the group
+// counts as down without them (the policy then takes this node out of the job).
+void Agent::onWorkersStuck() {
+  for (const Worker& w : group_.workers()) {
+    if (!w.stuck.empty()) {
+      std::cerr << "dtrun: rank " << w.rank << " (pid " << w.child->pid() << ") on " << host_
+                << " is " << w.stuck << "; not waiting for it\n";
+    }
+  }
+  workerStuck_ = true;
   if (group_.allExited()) {
     onAllExited();
   }
@@ -246,13 +262,16 @@ void Agent::decide(bool groupJustEnded) {
   end.maxNoProgress = config_.maxNoProgressAttempts;
   end.signal = stopSignal_;
   end.startupExitCode = startupExitCode_;
+  end.workerStuck = workerStuck_;
   if (roundEnd_) {
     end.roundEnd = roundEnd_->kind;
   }
   const Decision d = decideAfterAttempt(end);
   if (d.leaveJob && job_) {
-    job_->leave(stopReason_ == StopReason::kStartup ? "its workers could not start"
-                                                    : "received " + signalName(stopSignal_));
+    job_->leave(workerStuck_ && stopReason_ != StopReason::kSignal
+                    ? "a worker of " + host_ + " could not be killed (stuck in the kernel)"
+                : stopReason_ == StopReason::kStartup ? "its workers could not start"
+                                                      : "received " + signalName(stopSignal_));
   }
   if (d.reportLocalSuccess && groupJustEnded) {
     log::agent().info("this node's {} worker(s) succeeded; waiting for the other nodes",

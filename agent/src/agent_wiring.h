@@ -70,6 +70,7 @@ class Agent {
   // ---- one attempt and what follows it (agent_attempts.cpp) ----
   void startAttempt();
   void onWorkerExited(const Worker& w, ExitStatus status);
+  void onWorkersStuck();
   void judgeAttempt();
   void after(std::chrono::milliseconds delay, std::function<void()> next);
   [[nodiscard]] rdzv::RoundEnd roundFailure(std::string message, const WorkerFailure& failure,
@@ -117,6 +118,7 @@ class Agent {
   std::set<int> forwardedSignals_;  // --signals_forwarded ones that reached the workers
   bool hangThisAttempt_ = false;    // this attempt's failure is a detected hang
   bool attemptSettled_ = false;     // the group is down and settled; the policy has been asked
+  bool workerStuck_ = false;        // a worker of this attempt outlived SIGKILL (abandoned)
   int startupExitCode_ = 0;
   const OomKillCount oomKills_ = OomKillCount::ofThisProcess();
   std::optional<long long> oomKillsBefore_;  // the cgroup's OOM kills when the attempt began

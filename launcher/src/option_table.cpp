@@ -96,6 +96,9 @@ constexpr std::array kOptions = {
     OptionSpec{"shutdown_timeout", "", Kind::kValue, true,
                "Seconds from the forwarded signal to SIGKILL (default "
                "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)"},
+    OptionSpec{"kill_wait", "", Kind::kValue, false,
+               "Seconds a worker may take to end after SIGKILL before it is named stuck in the "
+               "kernel and this node leaves the job with exit 75 (default 30)"},
     OptionSpec{"virtual_local_rank", "", Kind::kFlag, true,
                "Each worker sees only its GPU, as device 0, and gets LOCAL_RANK=0 (torchrun's)"},
     OptionSpec{"duplicate_stdout_filters", "", Kind::kValue, true,

@@ -18,7 +18,8 @@ constexpr std::string_view kDefaultSignals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 
 }  // namespace
 
-// How a stop signal is handled: which signals, and the grace period before SIGKILL.
+// How a stop signal is handled: which signals, the grace period before SIGKILL, and how long
+// SIGKILL may take.
 Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
   auto shutdown = options.find("shutdown_timeout");
   if (!shutdown) {
@@ -33,6 +34,12 @@ Status resolveStopping(const Resolver& options, agent::AgentConfig& config) {
     return expected(shutdownSetting, "a non-negative number of seconds");
   }
   config.shutdownTimeout = std::chrono::milliseconds(std::llround(*shutdownSeconds * 1000.0));
+  const auto killWait = options.get("kill_wait", "30");
+  const auto killSeconds = parseNumber(killWait.text);
+  if (!killSeconds || *killSeconds <= 0 || *killSeconds > kMaxDurationSeconds) {
+    return expected(killWait, "a positive number of seconds");
+  }
+  config.killWait = std::chrono::milliseconds(std::llround(*killSeconds * 1000.0));
 
   const auto signalsSetting = options.get("signals_to_handle", kDefaultSignals);
   auto signals = parseSignalNames(signalsSetting.text);

@@ -198,3 +198,28 @@ TEST_CASE("exit 86: attempts in a row without progress stop the job before its b
   end.maxNoProgress = 0;  // off: the budget alone decides
   CHECK(decideAfterAttempt(end).step == NextStep::kRestart);
 }
+
+TEST_CASE("exit 75: a worker SIGKILL could not end takes the node out, restarts left or not",
+          "[unit][agent][policy]") {
+  auto end = singleNode(StopReason::kFailure, true, 0, 3);
+  end.rootCauseCode = 1;
+  end.workerStuck = true;
+  Decision d = decideAfterAttempt(end);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == dtrun::agent::kExitWorkerStuck);
+  CHECK(d.reportFailure);
+  CHECK(d.stoppedEarly.find("could not be killed") != std::string::npos);
+  // Many nodes: whatever the round's end, this node leaves instead of joining the next round.
+  auto multi = multiNode(StopReason::kRoundEnded, false, Kind::kFailure);
+  multi.workerStuck = true;
+  d = decideAfterAttempt(multi);
+  CHECK(d.step == NextStep::kFinish);
+  CHECK(d.exitCode == dtrun::agent::kExitWorkerStuck);
+  CHECK(d.leaveJob);
+  CHECK_FALSE(d.reportFailure);
+  // Asked to stop by a signal: the signal's code still.
+  auto signalled = singleNode(StopReason::kSignal, false, 0, 3);
+  signalled.signal = 15;
+  signalled.workerStuck = true;
+  CHECK(decideAfterAttempt(signalled).exitCode == 143);
+}

@@ -590,6 +590,13 @@ TEST_CASE("shutdown timeout: flag, then PET_, then TORCH_ELASTIC_SHUTDOWN_TIMEOU
         "PET_SHUTDOWN_TIMEOUT: expected a non-negative number of seconds, got 'soon'");
 }
 
+TEST_CASE("kill wait: 30 s after SIGKILL unless --kill_wait says otherwise", "[unit][launcher]") {
+  CHECK(planOk({"x.py"}).config.killWait == 30s);
+  CHECK(planOk({"--kill_wait=2.5", "x.py"}).config.killWait == 2500ms);
+  CHECK(errorOf({"--kill_wait=0", "x.py"}) ==
+        "--kill_wait: expected a positive number of seconds, got '0'");
+}
+
 TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
   struct Case {
     std::vector<std::string> args;

@@ -80,6 +80,9 @@ constexpr int kExitCannotRun = 127;
 // kExitNoProgress.
 constexpr int kExitNoRestart = 87;
 constexpr int kExitNoProgress = 86;
+// A worker outlived SIGKILL by --kill_wait (stuck in the kernel: a dead NFS server, a hung GPU
+// driver call): the node cannot run another attempt; it leaves the job and exits with this.
+constexpr int kExitWorkerStuck = 75;
 
 // --log_dir's value that writes no log files (torchrun compares it with os.devnull exactly).
 inline constexpr std::string_view kDiscardLogs = "/dev/null";
@@ -135,6 +138,8 @@ struct AgentConfig {
   std::string runId;  // never empty: the launcher generates one when the user gave none
   int maxRestarts = 0;
   std::chrono::milliseconds shutdownTimeout{30000};  // SIGTERM -> SIGKILL grace
+  // --kill_wait: SIGKILL -> a worker still there is named stuck and no longer waited for.
+  std::chrono::milliseconds killWait{30000};
   // --restart_backoff / --restart_backoff_max: the wait before restart n is
   // backoff * 2^(n-1), at most the max (backoff 0 = restart at once, as torchrun).
   std::chrono::milliseconds restartBackoff{0};

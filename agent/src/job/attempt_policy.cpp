@@ -11,7 +11,7 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
       d.exitCode = end.startupExitCode;
       d.leaveJob = end.multiNode;
       return d;
-    case StopReason::kSignal:
+    case StopReason::kSignal:  // asked to stop: the signal's code, even with a worker stuck
       d.exitCode = 128 + end.signal;
       d.leaveJob = end.multiNode;
       return d;
@@ -22,6 +22,14 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
     case StopReason::kFailure:
     case StopReason::kRoundEnded:
       break;
+  }
+  if (end.workerStuck) {  // the node is unhealthy: out of the job, whatever its budget says
+    d.exitCode = kExitWorkerStuck;
+    d.leaveJob = end.multiNode;
+    d.reportFailure = end.failed && !end.multiNode;
+    d.stoppedEarly = "a worker of this node could not be killed (exit code " +
+                     std::to_string(kExitWorkerStuck) + ")";
+    return d;
   }
   if (end.multiNode) {
     // The keeper owns the job's budget: a failure here has already ended the round for every

@@ -43,6 +43,9 @@ struct AttemptEnd {
   bool noRestart = false;
   int noProgressStreak = 0;
   int maxNoProgress = 0;
+  // A worker outlived SIGKILL (stuck in the kernel) and was abandoned: this node cannot run
+  // another attempt (it may hold the worker's GPU, files, ports).
+  bool workerStuck = false;
 };
 
 enum class NextStep : std::uint8_t {

@@ -147,6 +147,7 @@ void AttemptLog::end(StopReason reason, const std::vector<WorkerFailure>& failur
   }
   for (const Worker& w : group.workers()) {  // the startup milestones the workers wrote
     auto& record = attempt().ranks[static_cast<std::size_t>(w.localRank)];
+    record.stuck = w.stuck;
     for (const auto& [pump, name] :
          {std::pair{w.out.get(), "stdout.log"}, {w.err.get(), "stderr.log"}}) {
       if (pump != nullptr && !pump->logError().empty() && record.logError.empty()) {

@@ -84,6 +84,9 @@ json attemptJson(const JobRecord& job, const AttemptRecord& a) {
     if (!r.logError.empty()) {
       rank["log_error"] = r.logError;
     }
+    if (!r.stuck.empty()) {
+      rank["stuck"] = r.stuck;
+    }
     ranks.push_back(rank);
     timelineRanks.push_back({{"rank", r.rank},
                              {"store_connected", offset(job.agentStart, r.storeConnected)},

@@ -28,6 +28,7 @@ struct RankRecord {
   std::optional<LocalPlacement> placement;  // what it was bound to and saw, if placed
   std::optional<ExitStatus> exit;           // unset: never started, or never reaped
   std::string logError;  // why its log files lost bytes ("" = they have them all)
+  std::string stuck;     // where it waited when SIGKILL could not end it ("" = it ended)
   std::optional<Clock::time_point> storeConnected;     // from the rank's progress file
   std::optional<Clock::time_point> communicatorReady;  // (libdtrt or the Python helper)
 };

@@ -198,6 +198,40 @@ bool isOwnedChild(pid_t pid) {
   return ownedPids.count(pid) != 0;
 }
 
+std::string kernelWaitOf(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream statFile(proc + "/stat");
+  std::string stat;
+  std::getline(statFile, stat);
+  const auto close = stat.rfind(')');  // "<pid> (<comm>) <state> ...": comm may hold ')'
+  if (close == std::string::npos || close + 2 >= stat.size()) {
+    return "gone from /proc";
+  }
+  const char state = stat[close + 2];
+  std::string text = std::string("state ") + state;
+  switch (state) {
+    case 'D':
+      text += " (uninterruptible sleep)";
+      break;
+    case 'Z':
+      text += " (exited, not yet reaped)";
+      break;
+    case 'T':
+    case 't':
+      text += " (stopped)";
+      break;
+    default:
+      break;
+  }
+  std::ifstream wchanFile(proc + "/wchan");
+  std::string wchan;
+  std::getline(wchanFile, wchan);
+  if (!wchan.empty() && wchan != "0") {  // "0": not waiting, or hidden from this user
+    text += " in the kernel's " + wchan;
+  }
+  return text;
+}
+
 std::vector<std::pair<pid_t, std::string>> unownedLiveChildren() {
   std::vector<std::pair<pid_t, std::string>> found;
   const pid_t self = ::getpid();

@@ -67,6 +67,9 @@ class ChildProcess {
 
   // Sends `signal` to the child's whole process group (reaching its own children too).
   void signalGroup(int signal) const;
+  // The child outlived SIGKILL (stuck in the kernel): stop owning it without waiting. It stays
+  // this process's child, reaped as an orphan if it ever ends; it is never signalled again.
+  void abandon() { markReaped(); }
   // Reaps the child if it exited (never blocks); the status once it has.
   [[nodiscard]] std::optional<ExitStatus> tryReap();
 
@@ -96,5 +99,9 @@ bool isOwnedChild(pid_t pid);
 // exited. Each with its name (as /proc shows it); neither zombies (reapOrphans takes them) nor
 // dtrun's own helpers (helper_children.h) are listed.
 std::vector<std::pair<pid_t, std::string>> unownedLiveChildren();
+
+// Where a live process waits, from /proc: "state D (uninterruptible sleep) in the kernel's
+// request_wait_answer"; the wait channel is left out where the kernel does not say it.
+std::string kernelWaitOf(pid_t pid);
 
 }  // namespace dtrun::agent::detail

@@ -380,7 +380,32 @@ void WorkerGroup::stop(int signal) {
     log::agent().warn("workers still running {} ms after the stop signal: sending SIGKILL",
                       config_.shutdownTimeout.count());
     signalAll(SIGKILL);
+    graceTimer_.expires_after(config_.killWait);
+    graceTimer_.async_wait([this](const boost::system::error_code& error) {
+      if (!error) {
+        abandonStuck();
+      }
+    });
   });
+}
+
+// SIGKILL ends a process at its next return from the kernel; one that never returns (a read
+// from a dead NFS server or a FUSE daemon that does not answer, a hung driver call) holds the
+// group forever. It is named with where it waits, and no longer waited for.
+void WorkerGroup::abandonStuck() {
+  bool any = false;
+  for (auto& w : workers_) {
+    if (!w.child || !w.child->running()) {
+      continue;
+    }
+    w.stuck = "still there " + std::to_string(config_.killWait.count()) +
+              " ms after SIGKILL: " + kernelWaitOf(w.child->pid());
+    w.child->abandon();
+    any = true;
+  }
+  if (any && onStuck_) {
+    onStuck_();  // last: it may end the attempt, and the next one replaces workers_
+  }
 }
 
 void WorkerGroup::settle() {
@@ -406,7 +431,15 @@ void WorkerGroup::settle() {
 // group kill; once its parent exited it is this subreaper's child, and it ends with the attempt.
 void WorkerGroup::killEscapees() {
   std::string named;
+  const auto abandoned = [this](pid_t pid) {  // stuck: named already, and SIGKILL cannot help
+    return std::any_of(workers_.begin(), workers_.end(), [pid](const Worker& w) {
+      return !w.stuck.empty() && w.child && w.child->pid() == pid;
+    });
+  };
   for (const auto& [pid, name] : unownedLiveChildren()) {
+    if (abandoned(pid)) {
+      continue;
+    }
     if (::getpgid(pid) == pid) {
       ::kill(-pid, SIGKILL);  // it leads a group of its own: what it started there goes too
     }

@@ -39,6 +39,9 @@ struct Worker {
   std::unique_ptr<OutputPump> out;
   std::unique_ptr<OutputPump> err;
   std::optional<ExitStatus> status;
+  // Why SIGKILL did not end it within --kill_wait (kernelWaitOf); "" = it was not stuck. A stuck
+  // worker is abandoned: counted as gone, never waited for again.
+  std::string stuck;
   std::optional<progress::ProgressReader> progress;  // mapped once the worker started
 };
 
@@ -65,6 +68,9 @@ class WorkerGroup {
  public:
   // Called on the loop once per worker, when it has been reaped.
   using ExitHandler = std::function<void(const Worker& worker, ExitStatus status)>;
+  // Called on the loop once the workers still there --kill_wait after SIGKILL were abandoned
+  // (each one's Worker::stuck says where it waits).
+  using StuckHandler = std::function<void()>;
 
   WorkerGroup(boost::asio::io_context& io, const AgentConfig& config,
               std::vector<std::string> inheritedEnv, std::string hostName, ExitHandler onExit);
@@ -76,8 +82,11 @@ class WorkerGroup {
 
   // `signal` to every running worker's process group.
   void signalAll(int signal);
-  // signalAll(signal), then SIGKILL after config.shutdownTimeout unless every worker is gone.
+  // signalAll(signal), then SIGKILL after config.shutdownTimeout unless every worker is gone;
+  // a worker still there config.killWait after that is stuck in the kernel: it is named,
+  // abandoned, and the handler given to onStuck is called.
   void stop(int signal);
+  void onStuck(StuckHandler handler) { onStuck_ = std::move(handler); }
   // Once every worker is reaped: cancels the grace timer, kills what the workers left in their
   // groups and copies their last output.
   void settle();
@@ -117,13 +126,15 @@ class WorkerGroup {
   void onExitReadable(std::size_t index);
   [[nodiscard]] bool anyStartedWorkerFailed() const;
   void killEscapees();
+  void abandonStuck();
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
   const std::vector<std::string> inheritedEnv_;
   const std::string hostName_;  // ${hostname} of the line prefix
   const ExitHandler onExit_;
-  boost::asio::steady_timer graceTimer_;
+  StuckHandler onStuck_;
+  boost::asio::steady_timer graceTimer_;  // SIGTERM -> SIGKILL, then SIGKILL -> stuck
   std::vector<Worker> workers_;
   // This attempt's filtered_stdout.log / filtered_stderr.log (null without filters).
   std::shared_ptr<DuplicateSink> stdoutDuplicates_;
