@@ -33,6 +33,9 @@ constexpr std::size_t kRingFromTcp = std::size_t{128} * 1024;
 // two steps win). 3 ranks, and more than 4 (not measured here), take the 4-rank threshold.
 constexpr std::size_t kDirectFromPair = std::size_t{4} << 20U;
 constexpr std::size_t kDirectFrom = std::size_t{256} << 10U;
+// all_gather, by the output's size (every rank's block): Bruck's doubling below, the ring from
+// here. MEASURED_TBD
+constexpr std::size_t kAllGatherDoublingBelow = std::size_t{256} << 10U;
 
 }  // namespace
 
@@ -57,6 +60,30 @@ AllReduceAlgo allReduceAlgo() {
   }
   throw ConfigError("DTRUN_ALLREDUCE_ALGO='" + name +
                     "': expected auto (by size and topology), doubling, ring, hier or direct");
+}
+
+AllGatherAlgo allGatherAlgo() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
+  const char* text = std::getenv("DTRUN_ALLGATHER_ALGO");
+  const std::string name = text != nullptr ? text : "";
+  if (name.empty() || name == "auto") {
+    return AllGatherAlgo::kAuto;
+  }
+  if (name == "doubling") {
+    return AllGatherAlgo::kDoubling;
+  }
+  if (name == "ring") {
+    return AllGatherAlgo::kRing;
+  }
+  throw ConfigError("DTRUN_ALLGATHER_ALGO='" + name +
+                    "': expected auto (by size), doubling or ring");
+}
+
+bool allGatherByDoubling(AllGatherAlgo forced, std::size_t bytes, int ranks) {
+  if (forced != AllGatherAlgo::kAuto) {
+    return forced == AllGatherAlgo::kDoubling;
+  }
+  return ranks > 1 && bytes < kAllGatherDoublingBelow;
 }
 
 AllReduceChoice::AllReduceChoice(int ranks, std::size_t hosts)
