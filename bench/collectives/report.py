@@ -84,6 +84,8 @@ def sweep_table(rows):
         for impl, f in impls.items():
             transport, algo = impl.split("/", 1)
             by[(transport, n, nbytes)][algo] = f["us"]
+    if not by:
+        return
     algos = ("doubling", "ring", "hier", "direct")
     print()
     print("all_reduce algorithm sweep (median us; * = fastest)")
