@@ -348,7 +348,7 @@ TEST_CASE("all_gather by doubling (Bruck's) and ring, forced and auto: exact dat
           "[runtime][shm]") {
   // kAllGatherDoublingBelow (tcp_algorithm_choice.cpp): auto switches to the ring at this many
   // bytes of output; the sizes below straddle it, so "auto" runs both algorithms. Keep in step.
-  constexpr std::size_t kThreshold = std::size_t{256} << 10U;
+  constexpr std::size_t kThreshold = std::size_t{32} << 10U;
   auto valueOf = [](int rank, std::size_t i) {
     return static_cast<float>((static_cast<std::size_t>(rank) * 7919 + i) % 65521);
   };
