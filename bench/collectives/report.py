@@ -75,6 +75,16 @@ def main_table(rows):
           "latency, its inverse is X's latency as a fraction of torch-gloo's)")
 
 
+def sweep_row(transport, n, nbytes, times, algos):
+    """One row of an algorithm sweep's table: each algorithm's median, the fastest starred."""
+    best = min(times, key=times.get)
+    line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
+    for a in algos:
+        t = times.get(a)
+        line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+    return line
+
+
 def sweep_table(rows):
     # impl = "<transport>/<algo>"
     by = defaultdict(dict)  # (transport, n, bytes) -> algo -> us
@@ -96,11 +106,7 @@ def sweep_table(rows):
     for key in sorted(by):
         transport, n, nbytes = key
         times = by[key]
-        best = min(times, key=times.get)
-        line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
-        for a in algos:
-            t = times.get(a)
-            line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+        line = sweep_row(transport, n, nbytes, times, algos)
         print(line)
         if "ring" in times and "doubling" in times and times["ring"] <= times["doubling"]:
             crossover.setdefault((transport, n), nbytes)
@@ -145,11 +151,7 @@ def gather_sweep_table(rows):
     for key in sorted(by):
         transport, n, nbytes = key
         times = by[key]
-        best = min(times, key=times.get)
-        line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
-        for a in algos:
-            t = times.get(a)
-            line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+        line = sweep_row(transport, n, nbytes, times, algos)
         if times.get("doubling"):
             line += f"  {times.get('ring', 0) / times['doubling']:>6.2f}"
         print(line)
