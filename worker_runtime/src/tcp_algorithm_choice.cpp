@@ -1,7 +1,10 @@
 #include "tcp_algorithm_choice.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "dtrun/runtime.h"
 
@@ -45,44 +48,44 @@ constexpr std::size_t kAllGatherDoublingBelow = std::size_t{32} << 10U;
 
 }  // namespace
 
-AllReduceAlgo allReduceAlgo() {
+namespace {
+
+// An algorithm forced by the environment variable `variable`: "" or "auto" is kAuto, a name in
+// `names` its algorithm; anything else is refused with `accepted`.
+template <typename Algo>
+Algo forcedAlgo(const char* variable,
+                std::initializer_list<std::pair<std::string_view, Algo>> names,
+                const char* accepted) {
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
-  const char* text = std::getenv("DTRUN_ALLREDUCE_ALGO");
+  const char* text = std::getenv(variable);
   const std::string name = text != nullptr ? text : "";
   if (name.empty() || name == "auto") {
-    return AllReduceAlgo::kAuto;
+    return Algo::kAuto;
   }
-  if (name == "doubling") {
-    return AllReduceAlgo::kDoubling;
+  for (const auto& [known, algo] : names) {
+    if (name == known) {
+      return algo;
+    }
   }
-  if (name == "ring") {
-    return AllReduceAlgo::kRing;
-  }
-  if (name == "hier") {
-    return AllReduceAlgo::kHierarchical;
-  }
-  if (name == "direct") {
-    return AllReduceAlgo::kDirect;
-  }
-  throw ConfigError("DTRUN_ALLREDUCE_ALGO='" + name +
-                    "': expected auto (by size and topology), doubling, ring, hier or direct");
+  throw ConfigError(std::string(variable) + "='" + name + "': expected " + accepted);
+}
+
+}  // namespace
+
+AllReduceAlgo allReduceAlgo() {
+  return forcedAlgo<AllReduceAlgo>("DTRUN_ALLREDUCE_ALGO",
+                                   {{"doubling", AllReduceAlgo::kDoubling},
+                                    {"ring", AllReduceAlgo::kRing},
+                                    {"hier", AllReduceAlgo::kHierarchical},
+                                    {"direct", AllReduceAlgo::kDirect}},
+                                   "auto (by size and topology), doubling, ring, hier or direct");
 }
 
 AllGatherAlgo allGatherAlgo() {
-  // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
-  const char* text = std::getenv("DTRUN_ALLGATHER_ALGO");
-  const std::string name = text != nullptr ? text : "";
-  if (name.empty() || name == "auto") {
-    return AllGatherAlgo::kAuto;
-  }
-  if (name == "doubling") {
-    return AllGatherAlgo::kDoubling;
-  }
-  if (name == "ring") {
-    return AllGatherAlgo::kRing;
-  }
-  throw ConfigError("DTRUN_ALLGATHER_ALGO='" + name +
-                    "': expected auto (by size), doubling or ring");
+  return forcedAlgo<AllGatherAlgo>(
+      "DTRUN_ALLGATHER_ALGO",
+      {{"doubling", AllGatherAlgo::kDoubling}, {"ring", AllGatherAlgo::kRing}},
+      "auto (by size), doubling or ring");
 }
 
 bool allGatherByDoubling(AllGatherAlgo forced, std::size_t bytes, int ranks) {
