@@ -89,10 +89,12 @@ bash scripts/build.sh release
 build_beside asan bash scripts/build.sh asan
 run_ctest build --output-on-failure --timeout 600 -j2
 
-step "ASan+UBSan tests (the TSan and fuzzing builds beside them)"
+step "ASan+UBSan tests (the TSan and fuzzing builds, then clang-tidy, beside them)"
 wait_beside asan
 build_beside tsan_fuzz bash -c 'bash scripts/build.sh tsan rdzv_tests agent_tests dtrun &&
   bash scripts/fuzz.sh --build'
+# clang-tidy parses every source again: with the builds, it fills what the waiting tests leave.
+build_beside tidy bash scripts/tidy.sh
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_ctest build-asan --output-on-failure --timeout 900 -j2
 
@@ -105,8 +107,8 @@ step "TSan: store and agent tests"
 bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
 TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -R '^(rdzv|agent)/|^integration/multinode_test'
 
-step "clang-tidy"
-bash scripts/tidy.sh build
+step "clang-tidy (run beside the ASan tests: waits for it)"
+wait_beside tidy
 
 end_stage
 echo "all checks passed; tests: $passed passed, $failed failed"

@@ -4,12 +4,15 @@
 // Usage:
 //   dtrun --nproc_per_node=2 --no_python build/bench/collectives/collectives_bench --backend tcp
 //     [--label shm] [--min-bytes 4096] [--max-bytes 67108864] [--factor 4] [--no-p2p]
-//     [--algo-sweep]
+//     [--algo-sweep [--sweep-op all_reduce|all_gather]]
 // --label names the implementation in the output (run.sh: "shm" for the tcp backend with its
 // default transport, "tcp" under DTRUN_TRANSPORT=tcp). --algo-sweep measures all_reduce once per
 // algorithm the tcp backend has (DTRUN_ALLREDUCE_ALGO=doubling, ring, hier, and direct unless
 // DTRUN_TRANSPORT=tcp: one group each), printed as impl=<label>/<algo>: the thresholds in
-// tcp_algorithm_choice.cpp come from these. Rank 0 prints one line per measurement:
+// tcp_algorithm_choice.cpp come from these; then all_gather once per algorithm
+// (DTRUN_ALLGATHER_ALGO=ring, doubling), bytes being the output's size (every rank's block: the
+// per-rank block is bytes / n, rounded down to whole floats; the line gives the bytes moved).
+// --sweep-op limits the sweep to one of the two. Rank 0 prints one line per measurement:
 //   result impl=tcp n=2 op=all_reduce bytes=4096 iters=200 median_us=21.4 algbw_GBps=0.191
 //   busbw_GBps=0.191
 // all_reduce is sum over f32; each iteration is timed on every rank and the iteration's time is
@@ -43,6 +46,7 @@ struct Options {
   std::size_t factor = 4;
   bool p2p = true;
   bool algoSweep = false;
+  std::string sweepOp;  // --sweep-op: all_reduce or all_gather; empty: both
 };
 
 // The same schedule as torch_collectives.py: more iterations for small messages.
@@ -110,6 +114,33 @@ void benchAllReduce(const Options& o, rt::ProcessGroup& pg) {
     const double us = slowestRankMedian(pg, times);
     if (pg.rank() == 0) {
       print(o, n, "all_reduce", bytes, iters, us, 2.0 * (n - 1) / n);
+    }
+  }
+}
+
+// all_gather of `bytes` in all (bytes / n per rank, whole floats); busbw = algbw x (n-1)/n.
+void benchAllGather(const Options& o, rt::ProcessGroup& pg) {
+  const int n = pg.size();
+  for (std::size_t bytes = o.minBytes; bytes <= o.maxBytes; bytes *= o.factor) {
+    const std::size_t block = bytes / sizeof(float) / static_cast<std::size_t>(n);
+    std::vector<float> in(block, 1.0F);
+    std::vector<float> out(block * static_cast<std::size_t>(n));
+    const rt::Buffer src = rt::view(std::span<const float>(in));
+    const rt::Buffer dst = rt::view(std::span<float>(out));
+    const int iters = iterationsFor(bytes);
+    for (int i = 0; i < warmupFor(bytes); ++i) {
+      pg.allGather(src, dst);
+    }
+    std::vector<double> times;
+    pg.barrier();
+    for (int i = 0; i < iters; ++i) {
+      const auto start = Clock::now();
+      pg.allGather(src, dst);
+      times.push_back(microsecondsSince(start));
+    }
+    const double us = slowestRankMedian(pg, times);
+    if (pg.rank() == 0) {
+      print(o, n, "all_gather", dst.bytes(), iters, us, static_cast<double>(n - 1) / n);
     }
   }
 }
@@ -211,11 +242,16 @@ bool parse(int argc, char** argv, Options& o) {
       o.name = args[++i];
     } else if (a == "--algo-sweep") {
       o.algoSweep = true;
+    } else if (a == "--sweep-op" && hasValue &&
+               (args[i + 1] == "all_reduce" || args[i + 1] == "all_gather")) {
+      o.sweepOp = args[++i];
     } else {
       (void)std::fprintf(
           stderr,
           "usage: collectives_bench --backend tcp|gloo [--label NAME] [--min-bytes B] "
-          "[--max-bytes B] [--factor F] [--no-p2p] [--algo-sweep]   (run under dtrun)\n");
+          "[--max-bytes B] [--factor F] [--no-p2p] [--algo-sweep [--sweep-op "
+          "all_reduce|all_gather]]"
+          "   (run under dtrun)\n");
       return false;
     }
   }
@@ -234,7 +270,7 @@ int run(int argc, char** argv) {
     const char* transport = std::getenv("DTRUN_TRANSPORT");
     const bool sockets = transport != nullptr && std::string(transport) == "tcp";
     for (const char* algo : {"doubling", "ring", "hier", "direct"}) {
-      if (sockets && std::string(algo) == "direct") {
+      if (o.sweepOp == "all_gather" || (sockets && std::string(algo) == "direct")) {
         continue;  // shared memory only: it would fall back to the others
       }
       // Read when a group is created; this program has one thread.
@@ -242,6 +278,17 @@ int run(int argc, char** argv) {
       auto pg = rt::ProcessGroup::create(ctx, o.backend);
       o.name = label + "/" + algo;
       benchAllReduce(o, *pg);
+      pg->barrier();
+    }
+    ::unsetenv("DTRUN_ALLREDUCE_ALGO");  // NOLINT(concurrency-mt-unsafe): as above
+    for (const char* algo : {"ring", "doubling"}) {
+      if (o.sweepOp == "all_reduce") {
+        break;
+      }
+      ::setenv("DTRUN_ALLGATHER_ALGO", algo, 1);  // NOLINT(concurrency-mt-unsafe): as above
+      auto pg = rt::ProcessGroup::create(ctx, o.backend);
+      o.name = label + "/" + algo;
+      benchAllGather(o, *pg);
       pg->barrier();
     }
     return 0;

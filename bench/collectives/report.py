@@ -75,6 +75,16 @@ def main_table(rows):
           "latency, its inverse is X's latency as a fraction of torch-gloo's)")
 
 
+def sweep_row(transport, n, nbytes, times, algos):
+    """One row of an algorithm sweep's table: each algorithm's median, the fastest starred."""
+    best = min(times, key=times.get)
+    line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
+    for a in algos:
+        t = times.get(a)
+        line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+    return line
+
+
 def sweep_table(rows):
     # impl = "<transport>/<algo>"
     by = defaultdict(dict)  # (transport, n, bytes) -> algo -> us
@@ -84,6 +94,8 @@ def sweep_table(rows):
         for impl, f in impls.items():
             transport, algo = impl.split("/", 1)
             by[(transport, n, nbytes)][algo] = f["us"]
+    if not by:
+        return
     algos = ("doubling", "ring", "hier", "direct")
     print()
     print("all_reduce algorithm sweep (median us; * = fastest)")
@@ -94,11 +106,7 @@ def sweep_table(rows):
     for key in sorted(by):
         transport, n, nbytes = key
         times = by[key]
-        best = min(times, key=times.get)
-        line = f"{transport:<9} {n:>2} {human(nbytes):>8} |"
-        for a in algos:
-            t = times.get(a)
-            line += f" {t:>10.1f}{'*' if a == best else ' '}" if t is not None else f" {'n/a':>11}"
+        line = sweep_row(transport, n, nbytes, times, algos)
         print(line)
         if "ring" in times and "doubling" in times and times["ring"] <= times["doubling"]:
             crossover.setdefault((transport, n), nbytes)
@@ -123,6 +131,39 @@ def sweep_table(rows):
         print(f"direct beats the others from {human(nbytes)} ({transport}, {n} ranks)")
 
 
+def gather_sweep_table(rows):
+    # all_gather under each algorithm: impl = "<transport>/<algo>", bytes = the output's size
+    by = defaultdict(dict)  # (transport, n, bytes) -> algo -> us
+    for (op, nbytes, n), impls in rows.items():
+        if op == "all_gather":
+            for impl, f in impls.items():
+                transport, algo = impl.split("/", 1)
+                by[(transport, n, nbytes)][algo] = f["us"]
+    if not by:
+        return
+    algos = ("doubling", "ring")
+    print()
+    print("all_gather algorithm sweep (median us; * = fastest; size = the output's)")
+    head = f"{'transport':<9} {'n':>2} {'size':>8} |" + "".join(f" {a:>11}" for a in algos) + "  ring/doubling"
+    print(head)
+    print("-" * len(head))
+    ring_from = {}
+    for key in sorted(by):
+        transport, n, nbytes = key
+        times = by[key]
+        line = sweep_row(transport, n, nbytes, times, algos)
+        if times.get("doubling"):
+            line += f"  {times.get('ring', 0) / times['doubling']:>6.2f}"
+        print(line)
+        # the smallest size from which the ring is as fast at every size measured above it
+        if "ring" in times and "doubling" in times and times["ring"] <= times["doubling"]:
+            ring_from.setdefault((transport, n), nbytes)
+        else:
+            ring_from.pop((transport, n), None)
+    for (transport, n), nbytes in sorted(ring_from.items()):
+        print(f"all_gather: ring beats doubling from {human(nbytes)} on ({transport}, {n} ranks)")
+
+
 def main():
     results_file, out_dir = sys.argv[1], sys.argv[2]
     rows = load(results_file)
@@ -131,6 +172,7 @@ def main():
         sweep = load(sys.argv[3])
         if sweep:
             sweep_table(sweep)
+            gather_sweep_table(sweep)
 
     series = defaultdict(list)
     for (op, nbytes, n), impls in rows.items():

@@ -5,12 +5,12 @@
 # one run, each under dtrun. Every implementation runs REPEATS times, interleaved (a burst of load
 # hits all of them alike); the table takes the median over repeats of each run's median. Prints
 # all_reduce busbw per size and rank count with the ratio to torch-gloo, barrier, send/recv
-# latency and bandwidth; then (SWEEP=1) the all_reduce algorithm sweep that sets the tcp
-# backend's thresholds; writes a PNG of all_reduce busbw vs size. Asserts nothing.
+# latency and bandwidth; then (SWEEP=1) the all_reduce and all_gather algorithm sweeps that set
+# the tcp backend's thresholds; writes a PNG of all_reduce busbw vs size. Asserts nothing.
 #   bench/collectives/run.sh [DTRUN] [COLLECTIVES_BENCH]      (builds nothing: ninja -C build
 #                                                              dtrun collectives_bench first)
 # Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
-# SWEEP=1 (SWEEP_MAX_BYTES=16777216, SWEEP_TRANSPORTS="shm tcp"), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
+# SWEEP=1 (SWEEP_MAX_BYTES=16777216, SWEEP_TRANSPORTS="shm tcp", SWEEP_OP=all_reduce|all_gather: one only), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
 # OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>,
 # PLOT=<where the plot is copied; default bench/collectives/allreduce_busbw.png; empty: nowhere>.
 set -euo pipefail
@@ -68,11 +68,11 @@ for rep in $(seq 1 "$REPEATS"); do
     if [[ $SWEEP == 1 ]]; then
       for transport in ${SWEEP_TRANSPORTS:-shm tcp}; do
         id=sweep_${transport}_${n}_$rep
-        echo "run.sh: repeat $rep/$REPEATS: all_reduce algorithms over $transport, $n ranks ..." >&2
+        echo "run.sh: repeat $rep/$REPEATS: ${SWEEP_OP:-all_reduce and all_gather} algorithms over $transport, $n ranks ..." >&2
         one "$id" "$sweep" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT="${transport/shm/auto}" \
           "$DTRUN" --nproc_per_node="$n" --rdzv_id="$id" --log_dir="$OUT/logs" --no_python \
           "$BENCH" --backend tcp --label "$transport" --algo-sweep "${sizes[@]}" --factor 2 \
-          --max-bytes "${SWEEP_MAX_BYTES:-16777216}"
+          --max-bytes "${SWEEP_MAX_BYTES:-16777216}" ${SWEEP_OP:+--sweep-op "$SWEEP_OP"}
       done
     fi
   done

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 
 namespace dtrun::text {
 
@@ -44,6 +45,11 @@ std::optional<long long> parseInt(std::string_view text) {
     return std::nullopt;
   }
   return value;
+}
+
+std::string envText(const char* name) {
+  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): see text.h
+  return value != nullptr ? value : "";
 }
 
 }  // namespace dtrun::text

@@ -1,8 +1,9 @@
-// Small text helpers shared by the launcher's and the scheduler's parsers (internal to dtrun).
-// Pure functions over string_views: nothing allocates beyond the returned vector.
+// Small text helpers shared by the launcher's and the scheduler's parsers and libdtrt (internal to
+// dtrun). Pure functions over string_views: nothing allocates beyond the returned value.
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,5 +22,9 @@ bool isDigits(std::string_view text);
 // A decimal integer, optionally signed and surrounded by blanks (as Python's int() takes it);
 // nullopt when malformed or out of range.
 std::optional<long long> parseInt(std::string_view text);
+
+// The value of environment variable `name`, "" when it is unset. For code that never calls
+// setenv while other threads read (libdtrt reads its variables once, at start).
+std::string envText(const char* name);
 
 }  // namespace dtrun::text

@@ -14,7 +14,6 @@ namespace dtrun::launcher {
 
 namespace {
 
-constexpr int kDefaultC10dPort = 29400;
 constexpr int kDefaultStaticPort = 29500;  // torchrun's --master_port default
 
 }  // namespace

@@ -13,7 +13,6 @@
 namespace dtrun::launcher {
 namespace {
 
-constexpr int kDefaultC10dPort = 29400;
 constexpr int kPortBase = 20000;
 constexpr int kPortSpan = 10000;
 

@@ -45,6 +45,8 @@ Result<std::optional<std::set<int>>> parseLocalRanksFilter(const Setting& settin
 // The most seconds a duration option takes (--shutdown_timeout, --hang_timeout, the health
 // checks' waits): keeps the milliseconds far from overflow.
 inline constexpr double kMaxDurationSeconds = 1.0e6;
+// The store's port when --rdzv_endpoint names none (torchrun's c10d default).
+inline constexpr int kDefaultC10dPort = 29400;
 // A --rdzv_conf value in seconds.
 Result<std::chrono::milliseconds> confSeconds(const std::string& key, const std::string& value);
 

@@ -32,7 +32,7 @@ WorkerFailure failureOf(ExitStatus status) {
   return f;
 }
 
-std::string envValue(const std::vector<std::string>& env, const std::string& name) {
+std::string envOf(const std::vector<std::string>& env, const std::string& name) {
   for (const auto& entry : env) {
     if (entry.rfind(name + "=", 0) == 0) {
       return entry.substr(name.size() + 1);
@@ -107,12 +107,12 @@ TEST_CASE("workers get their own error file, never the launcher's", "[unit][agen
                                               "DTRUN_PROGRESS_FILE=/outer/progress"};
   dtrun::agent::detail::WorkerPlacement placement;
   placement.errorFile = "/logs/j/attempt_0/0/error.json";
-  CHECK(envValue(dtrun::agent::detail::workerEnvironment(inherited, config, placement),
+  CHECK(envOf(dtrun::agent::detail::workerEnvironment(inherited, config, placement),
                  "TORCHELASTIC_ERROR_FILE") == "/logs/j/attempt_0/0/error.json");
   // --log_dir=/dev/null: empty, as torchrun's, and no outer dtrun's files either.
   const auto env =
       dtrun::agent::detail::workerEnvironment(inherited, config, {} /* no directory */);
-  CHECK(envValue(env, "TORCHELASTIC_ERROR_FILE").empty());
-  CHECK(envValue(env, "DTRUN_PROGRESS_FILE").empty());
-  CHECK(envValue(env, "DTRUN_LOG_DIR").empty());
+  CHECK(envOf(env, "TORCHELASTIC_ERROR_FILE").empty());
+  CHECK(envOf(env, "DTRUN_PROGRESS_FILE").empty());
+  CHECK(envOf(env, "DTRUN_LOG_DIR").empty());
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace dtrun::fuzz {
@@ -47,5 +48,8 @@ inline void assertInvariant(bool holds, std::string_view target, std::string_vie
     invariantBroken(target, what);
   }
 }
+
+// A bad value must produce the one line the user reads: never empty, never several lines.
+void assertOneLineError(std::string_view target, const std::string& message);
 
 }  // namespace dtrun::fuzz

@@ -9,13 +9,7 @@
 namespace dtrun::fuzz {
 namespace {
 
-constexpr std::string_view kName = "hostlist";
-
-void checkErrorLine(const Status& status) {
-  assertInvariant(!status.message().empty(), kName, "an error without a message");
-  assertInvariant(status.message().find('\n') == std::string::npos, kName,
-                  "an error message spans several lines: " + status.message());
-}
+constexpr std::string_view kHostlist = "hostlist";
 
 std::vector<std::string_view> lines(std::string_view text) {
   std::vector<std::string_view> out;
@@ -48,16 +42,16 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
   job.readFile = [&nodefile](const std::string&) { return std::optional<std::string>(nodefile); };
   for (const std::string_view line : lines(head)) {
     if (auto hosts = scheduler::expandHostlist(line); hosts.isOk()) {
-      assertInvariant(hosts.value().size() <= scheduler::kMaxHosts, kName,
+      assertInvariant(hosts.value().size() <= scheduler::kMaxHosts, kHostlist,
                       "a host list expands past kMaxHosts");
       for (const auto& host : hosts.value()) {
-        assertInvariant(!host.empty(), kName, "a host list yields an empty host name");
+        assertInvariant(!host.empty(), kHostlist, "a host list yields an empty host name");
       }
     } else {
-      checkErrorLine(hosts.status());
+      assertOneLineError(kHostlist, hosts.status().message());
     }
     if (auto counts = scheduler::expandCounts(line); !counts.isOk()) {
-      checkErrorLine(counts.status());
+      assertOneLineError(kHostlist, counts.status().message());
     }
     const std::size_t equals = line.find('=');
     if (equals != std::string_view::npos) {
@@ -70,19 +64,19 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
   const scheduler::Mode mode = *(modes.begin() + data[0] % modes.size());
   const auto allocation = scheduler::detect(mode, job);
   if (!allocation.isOk()) {
-    checkErrorLine(allocation.status());
+    assertOneLineError(kHostlist, allocation.status().message());
     return;
   }
   if (const auto& a = allocation.value()) {
     // MPI launchers and Flux name no hosts; the others name one per node.
     assertInvariant(a->hosts.empty() || a->hosts.size() == static_cast<std::size_t>(a->nodeCount),
-                    kName, "a host list that is not one host per node");
+                    kHostlist, "a host list that is not one host per node");
     assertInvariant(
         !a->hosts.empty() || a->kind == scheduler::Kind::kMpi || a->kind == scheduler::Kind::kFlux,
-        kName, "a batch allocation without hosts");
-    assertInvariant(a->nodeIndex >= 0 && a->nodeIndex < a->nodeCount, kName,
+        kHostlist, "a batch allocation without hosts");
+    assertInvariant(a->nodeIndex >= 0 && a->nodeIndex < a->nodeCount, kHostlist,
                     "this node's index is outside the node count");
-    assertInvariant(!a->master.empty() || !a->masterMissing.empty(), kName,
+    assertInvariant(!a->master.empty() || !a->masterMissing.empty(), kHostlist,
                     "no first host and no reason why");
     static_cast<void>(scheduler::jobPort(*a));
   }

@@ -12,4 +12,10 @@ void invariantBroken(std::string_view target, std::string_view what) {
   std::abort();
 }
 
+void assertOneLineError(std::string_view target, const std::string& message) {
+  assertInvariant(!message.empty(), target, "an error without a message");
+  assertInvariant(message.find('\n') == std::string::npos, target,
+                  "an error message spans several lines: " + message);
+}
+
 }  // namespace dtrun::fuzz

@@ -7,29 +7,23 @@
 namespace dtrun::fuzz {
 namespace {
 
-constexpr std::string_view kName = "launch_options";
-
-// A bad value must produce the one line the user reads: never empty, never several lines.
-void checkErrorLine(const Status& status) {
-  assertInvariant(!status.message().empty(), kName, "an error without a message");
-  assertInvariant(status.message().find('\n') == std::string::npos, kName,
-                  "an error message spans several lines: " + status.message());
-}
+constexpr std::string_view kLaunchOptions = "launch_options";
 
 void checkValueParsers(std::string_view text) {
   if (const auto endpoint = launcher::parseEndpoint(text)) {
-    assertInvariant(!endpoint->host.empty(), kName, "parseEndpoint accepts an empty host");
-    assertInvariant(!endpoint->port || (*endpoint->port >= 0 && *endpoint->port <= 65535), kName,
-                    "parseEndpoint accepts a port outside 0-65535");
+    assertInvariant(!endpoint->host.empty(), kLaunchOptions, "parseEndpoint accepts an empty host");
+    assertInvariant(!endpoint->port || (*endpoint->port >= 0 && *endpoint->port <= 65535),
+                    kLaunchOptions, "parseEndpoint accepts a port outside 0-65535");
   }
   if (const auto signals = launcher::parseSignalNames(text)) {
     for (const int signal : *signals) {
-      assertInvariant(signal > 0 && signal < 65, kName, "parseSignalNames returns a non-signal");
+      assertInvariant(signal > 0 && signal < 65, kLaunchOptions,
+                      "parseSignalNames returns a non-signal");
     }
   }
   if (const auto selection = launcher::parseStreamSelection(text)) {
     for (const auto& [rank, streams] : selection->perRank) {
-      assertInvariant(rank >= 0, kName, "parseStreamSelection returns a negative rank");
+      assertInvariant(rank >= 0, kLaunchOptions, "parseStreamSelection returns a negative rank");
       static_cast<void>(streams);
     }
   }
@@ -65,13 +59,13 @@ void launchOptions(const std::uint8_t* data, std::size_t size) {
   raw.program = {"train.py", "--epochs", "1"};
   const auto plan = launcher::validate(raw, host);
   if (!plan.isOk()) {
-    checkErrorLine(plan.status());
+    assertOneLineError(kLaunchOptions, plan.status().message());
     return;
   }
   const launcher::LaunchPlan& p = plan.value();
-  assertInvariant(p.minNodes >= 1 && p.maxNodes >= p.minNodes, kName,
+  assertInvariant(p.minNodes >= 1 && p.maxNodes >= p.minNodes, kLaunchOptions,
                   "validate accepts a node range that is empty or below 1");
-  assertInvariant(!launcher::launchBanner(p).empty(), kName, "an empty launch banner");
+  assertInvariant(!launcher::launchBanner(p).empty(), kLaunchOptions, "an empty launch banner");
 }
 
 }  // namespace dtrun::fuzz

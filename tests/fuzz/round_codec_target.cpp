@@ -21,7 +21,7 @@ using rdzv::detail::encodeRecord;
 using rdzv::detail::encodeSettings;
 using rdzv::detail::orderNodes;
 
-constexpr std::string_view kName = "round_codec";
+constexpr std::string_view kRoundCodec = "round_codec";
 
 void checkMessage(const std::string& text) {
   const auto message = decodeMessage(text);
@@ -31,7 +31,7 @@ void checkMessage(const std::string& text) {
   const auto again = decodeMessage(encodeMessage(*message));
   assertInvariant(again && again->verb == message->verb && again->round == message->round &&
                       again->slot == message->slot && again->agentId == message->agentId,
-                  kName, "a keeper message does not survive encode/decode");
+                  kRoundCodec, "a keeper message does not survive encode/decode");
 }
 
 void checkSettings(const std::string& text) {
@@ -40,14 +40,15 @@ void checkSettings(const std::string& text) {
     return;
   }
   // The keeper judges silence by this product: decoded settings must not overflow it.
-  assertInvariant(settings->deadAfter().count() > 0, kName, "settings with no dead-node timeout");
+  assertInvariant(settings->deadAfter().count() > 0, kRoundCodec,
+                  "settings with no dead-node timeout");
   const auto again = decodeSettings(encodeSettings(*settings));
   assertInvariant(again && again->minNodes == settings->minNodes &&
                       again->maxNodes == settings->maxNodes &&
                       again->joinTimeout == settings->joinTimeout &&
                       again->keepAliveInterval == settings->keepAliveInterval &&
                       again->keepAliveMaxAttempt == settings->keepAliveMaxAttempt,
-                  kName, "settings do not survive encode/decode");
+                  kRoundCodec, "settings do not survive encode/decode");
 }
 
 void checkEnd(const std::string& text) {
@@ -58,7 +59,7 @@ void checkEnd(const std::string& text) {
   const auto again = decodeEnd(encodeEnd(*end));
   assertInvariant(again && again->kind == end->kind && again->message == end->message &&
                       again->detail == end->detail && again->exitCode == end->exitCode,
-                  kName, "a round end does not survive encode/decode");
+                  kRoundCodec, "a round end does not survive encode/decode");
 }
 
 void checkAssign(const std::string& text) {
@@ -70,7 +71,7 @@ void checkAssign(const std::string& text) {
   assertInvariant(again && again->kind == value->kind &&
                       again->assignment.nodeRank == value->assignment.nodeRank &&
                       again->assignment.worldSize == value->assignment.worldSize,
-                  kName, "an assignment does not survive encode/decode");
+                  kRoundCodec, "an assignment does not survive encode/decode");
 }
 
 // Every line that decodes as a node record joins the round; the keeper orders them.
@@ -81,16 +82,16 @@ void checkOrder(const std::vector<std::string>& lines, int maxNodes) {
       const auto again = decodeRecord(encodeRecord(*record));
       assertInvariant(again && again->agentId == record->agentId && again->nproc == record->nproc &&
                           again->nodeRankHint == record->nodeRankHint,
-                      kName, "a node record does not survive encode/decode");
+                      kRoundCodec, "a node record does not survive encode/decode");
       arrived.push_back(std::move(*record));
     }
   }
   const auto order = orderNodes(arrived, maxNodes);
   assertInvariant(order.size() == std::min(arrived.size(), static_cast<std::size_t>(maxNodes)),
-                  kName, "orderNodes picks the wrong number of members");
+                  kRoundCodec, "orderNodes picks the wrong number of members");
   std::set<std::size_t> seen;
   for (const std::size_t i : order) {
-    assertInvariant(i < arrived.size() && seen.insert(i).second, kName,
+    assertInvariant(i < arrived.size() && seen.insert(i).second, kRoundCodec,
                     "orderNodes repeats a node or invents one");
   }
 }

@@ -21,14 +21,14 @@ using rdzv::detail::ParseOutcome;
 using rdzv::detail::ParseStatus;
 using rdzv::detail::Request;
 
-constexpr std::string_view kName = "store_request";
+constexpr std::string_view kStoreRequest = "store_request";
 
 // Counts what the KvState asks the server to send, as ServerCore would route it.
 class CountingListener final : public KvListener {
  public:
   void onWaitReleased(ClientId /*client*/) override { ++released_; }
   void onWatchEvent(ClientId /*client*/, std::string_view event) override {
-    assertInvariant(!event.empty(), kName, "a watch event has no bytes");
+    assertInvariant(!event.empty(), kStoreRequest, "a watch event has no bytes");
     ++events_;
   }
 
@@ -58,7 +58,7 @@ void execute(KvState& kv, ClientId client, const Request& r) {
       break;
     case Op::kSet:
       kv.set(r.key, r.value);
-      assertInvariant(kv.get(r.key) != nullptr && *kv.get(r.key) == r.value, kName,
+      assertInvariant(kv.get(r.key) != nullptr && *kv.get(r.key) == r.value, kStoreRequest,
                       "GET after SET does not return the value");
       break;
     case Op::kCompareSet:
@@ -91,7 +91,7 @@ void execute(KvState& kv, ClientId client, const Request& r) {
       }
       break;
     case Op::kMultiSet:
-      assertInvariant(r.keys.size() == r.values.size(), kName, "MULTI_SET keys != values");
+      assertInvariant(r.keys.size() == r.values.size(), kStoreRequest, "MULTI_SET keys != values");
       for (std::size_t i = 0; i < r.keys.size(); ++i) {
         kv.set(r.keys[i], r.values[i]);
       }
@@ -113,7 +113,7 @@ void execute(KvState& kv, ClientId client, const Request& r) {
     case Op::kListKeys: {
       std::size_t listed = 0;
       kv.forEachKey([&listed](const std::string&) { ++listed; });
-      assertInvariant(listed == kv.numKeys(), kName, "LIST_KEYS disagrees with GETNUMKEYS");
+      assertInvariant(listed == kv.numKeys(), kStoreRequest, "LIST_KEYS disagrees with GETNUMKEYS");
       break;
     }
     case Op::kBarrier:
@@ -130,27 +130,27 @@ void parseStream(Dialect dialect, std::string_view input, const Limits& limits, 
   while (!input.empty()) {
     const ParseOutcome outcome = parseRequest(dialect, input, limits, request);
     if (outcome.status == ParseStatus::kError) {
-      assertInvariant(!outcome.error.empty(), kName, "a parse error without a reason");
+      assertInvariant(!outcome.error.empty(), kStoreRequest, "a parse error without a reason");
       return;
     }
     if (outcome.status == ParseStatus::kNeedMore) {
-      assertInvariant(outcome.needed > input.size(), kName,
+      assertInvariant(outcome.needed > input.size(), kStoreRequest,
                       "kNeedMore asks for no more bytes than it has");
-      assertInvariant(outcome.needed <= limits.maxRequestBytes, kName,
+      assertInvariant(outcome.needed <= limits.maxRequestBytes, kStoreRequest,
                       "kNeedMore asks for more than the request limit");
       return;
     }
-    assertInvariant(outcome.consumed > 0 && outcome.consumed <= input.size(), kName,
+    assertInvariant(outcome.consumed > 0 && outcome.consumed <= input.size(), kStoreRequest,
                     "a complete request consumed no bytes or more than it had");
     std::string encoded;
     const bool encodable = encodeRequest(dialect, request, encoded);
-    assertInvariant(encodable, kName, "a parsed request cannot be encoded in its dialect");
-    assertInvariant(encoded == input.substr(0, outcome.consumed), kName,
+    assertInvariant(encodable, kStoreRequest, "a parsed request cannot be encoded in its dialect");
+    assertInvariant(encoded == input.substr(0, outcome.consumed), kStoreRequest,
                     "a parsed request does not re-encode to its bytes");
     Request partial;
     const ParseOutcome shorter =
         parseRequest(dialect, input.substr(0, outcome.consumed - 1), limits, partial);
-    assertInvariant(shorter.status != ParseStatus::kComplete, kName,
+    assertInvariant(shorter.status != ParseStatus::kComplete, kStoreRequest,
                     "a request is complete one byte short");
     execute(kv, client, request);
     client = client % 3 + 1;  // three clients, so waits and barriers of others get released
@@ -196,7 +196,7 @@ void storeRequest(const std::uint8_t* data, std::size_t size) {
   for (ClientId client = 1; client <= 3; ++client) {
     kv.dropClient(client);
   }
-  assertInvariant(kv.pendingWaits() == 0, kName, "waits survive their clients");
+  assertInvariant(kv.pendingWaits() == 0, kStoreRequest, "waits survive their clients");
 }
 
 }  // namespace dtrun::fuzz

@@ -146,7 +146,7 @@ start() {  # <index> <dtrun args...>
 }
 common=(--nnodes=3 --rdzv_backend=c10d --rdzv_endpoint="$(addr_of 0):29400" --rdzv_id=slow
   --rdzv_conf="$FAST" --nproc_per_node=1 --no_python --health_checks=local,network
-  --health_check_timeout=20 --health_net_min_gbps=0.2)
+  --health_check_timeout=20 --health_net_min_gbps=0.1)
 start 0 "${common[@]}" --report="$work/n0.json" --event_log="$work/n0.events" "$WORKER" env
 wait_for "$work/n0.out" "rendezvous of job" || true
 start 1 "${common[@]}" "$WORKER" env
@@ -161,7 +161,7 @@ expect_rc n0 0 || ok=1
 expect_rc n1 0 || ok=1
 expect_rc n3 0 || ok=1
 line=$(grep "^dtrun: health check" "$work/n2.out" || true)
-if [[ $line != "dtrun: health check network failed on node3: node "?" (node3 $(addr_of 2)) is below the floor with every other node: "*"below 0.2 Gbit/s (--health_net_min_gbps)"*"; this node leaves the job" ]]; then
+if [[ $line != "dtrun: health check network failed on node3: node "?" (node3 $(addr_of 2)) is below the floor with every other node: "*"below 0.1 Gbit/s (--health_net_min_gbps)"*"; this node leaves the job" ]]; then
   note_fail "node3's console line: '$line'"
   ok=1
 fi
@@ -190,7 +190,7 @@ mine=$(network "$work/n2.json" "$work/n2.events" 2>&1) || { note_fail "$mine"; o
 # both warn with the figures and the job runs.
 common=(--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint="$(addr_of 0):29401" --rdzv_id=pair
   --rdzv_conf="$FAST" --nproc_per_node=1 --no_python --health_checks=local,network
-  --health_check_timeout=20 --health_net_min_gbps=0.2)
+  --health_check_timeout=20 --health_net_min_gbps=0.1)
 start 0 "${common[@]}" --report="$work/p0.json" --event_log="$work/p0.events" "$WORKER" env
 wait_for "$work/n0.out" "rendezvous of job 'pair'" || true
 start 2 "${common[@]}" "$WORKER" env
@@ -205,15 +205,18 @@ summary=$(network "$work/p0.json" "$work/p0.events" 2>&1) || { note_fail "$summa
 [[ $ok -eq 0 ]] && pass "2 nodes, node3 slow: no node named, both warned, the job ran; $(tr '\n' ';' <<<"$summary")"
 
 # (4) node3's link nearly cut (1 Mbit/s: 4 MiB would take 34 s, the bound is 6 s): the exchange
-# with node3 shrinks to what fits the bound instead of timing out, node3 is below the default
-# floor (1 Gbit/s) with both peers and named, and the spare node4 takes its place.
+# with node3 shrinks to what fits the bound instead of timing out, node3 is below the floor
+# with both peers and named, and the spare node4 takes its place. The floor, 0.03 Gbit/s, is 30
+# times node3's link and 9 times below the slowest healthy pair seen under a full CI load (0.27
+# Gbit/s between two namespaces while the suite and the sanitizer build share both cores; the
+# default 1 Gbit/s failed a healthy node there).
 # shellcheck disable=SC2086
 ip netns exec "$tag-node3" tc qdisc replace dev eth0 root tbf rate 1mbit burst 32kbit latency 400ms
 # shellcheck disable=SC2086
 ip netns exec "$tag-sw" tc qdisc replace dev v-node3 root tbf rate 1mbit burst 32kbit latency 400ms
 common=(--nnodes=3 --rdzv_backend=c10d --rdzv_endpoint="$(addr_of 0):29402" --rdzv_id=cut
   --rdzv_conf="$FAST" --nproc_per_node=1 --no_python --health_checks=local,network
-  --health_check_timeout=6)
+  --health_check_timeout=6 --health_net_min_gbps=0.03)
 start 0 "${common[@]}" --report="$work/c0.json" --event_log="$work/c0.events" "$WORKER" env
 wait_for "$work/n0.out" "rendezvous of job 'cut'" || true
 start 1 "${common[@]}" "$WORKER" env
@@ -226,7 +229,7 @@ expect_rc n0 0 || ok=1
 expect_rc n1 0 || ok=1
 expect_rc n3 0 || ok=1
 line=$(grep "^dtrun: health check" "$work/n2.out" || true)
-if [[ $line != "dtrun: health check network failed on node3: node "?" (node3 $(addr_of 2)) is below the floor with every other node: "*"below 1 Gbit/s (--health_net_min_gbps)"*"; this node leaves the job" ]]; then
+if [[ $line != "dtrun: health check network failed on node3: node "?" (node3 $(addr_of 2)) is below the floor with every other node: "*"below 0.03 Gbit/s (--health_net_min_gbps)"*"; this node leaves the job" ]]; then
   note_fail "cut-off node3's console line: '$line'"
   ok=1
 fi

@@ -23,7 +23,7 @@ std::vector<std::string> names(const std::vector<launcher::HostEntry>& hosts) {
   return result;
 }
 
-std::string errorOf(std::string_view text) {
+std::string hostfileError(std::string_view text) {
   const auto parsed = launcher::parseHostfile(text, "hf");
   REQUIRE_FALSE(parsed.isOk());
   return parsed.status().message();
@@ -64,27 +64,27 @@ TEST_CASE("an OpenMPI hostfile with max_slots, and bare names one per line", "[u
 }
 
 TEST_CASE("hostfile errors name file:line and the fix", "[unit]") {
-  CHECK(errorOf("node1 slots=2\nnode2 slots=x\n") ==
+  CHECK(hostfileError("node1 slots=2\nnode2 slots=x\n") ==
         "hf:2: slots expects a whole number from 1 to 1048576, got 'slots=x' (write 'node2 "
         "slots=4')");
-  CHECK(errorOf("node1 slots=0\n").starts_with("hf:1: slots expects a whole number"));
-  CHECK(errorOf("node1 slots=\n").starts_with("hf:1: slots expects a whole number"));
-  CHECK(errorOf("node1 slots=-2\n").starts_with("hf:1: slots expects a whole number"));
-  CHECK(errorOf("node1 gpus=4\n") ==
+  CHECK(hostfileError("node1 slots=0\n").starts_with("hf:1: slots expects a whole number"));
+  CHECK(hostfileError("node1 slots=\n").starts_with("hf:1: slots expects a whole number"));
+  CHECK(hostfileError("node1 slots=-2\n").starts_with("hf:1: slots expects a whole number"));
+  CHECK(hostfileError("node1 gpus=4\n") ==
         "hf:1: unknown setting 'gpus=4' (a line is 'host slots=N', optionally 'max_slots=M')");
-  CHECK(errorOf("node1 slots=1 slots=2\n") == "hf:1: slots is given twice; keep one");
-  CHECK(errorOf("node1 slots=4 max_slots=2\n") ==
+  CHECK(hostfileError("node1 slots=1 slots=2\n") == "hf:1: slots is given twice; keep one");
+  CHECK(hostfileError("node1 slots=4 max_slots=2\n") ==
         "hf:1: max_slots=2 is below slots=4 (raise max_slots or lower slots)");
-  CHECK(errorOf("a\nb\na slots=2\n") ==
+  CHECK(hostfileError("a\nb\na slots=2\n") ==
         "hf:3: host a is listed twice (first on line 1); give it once, with slots=N for its "
         "workers");
-  CHECK(errorOf("") == "hf: no host in it (write one host per line: 'node1 slots=4')");
-  CHECK(errorOf("# nothing\n\n  \n") ==
+  CHECK(hostfileError("") == "hf: no host in it (write one host per line: 'node1 slots=4')");
+  CHECK(hostfileError("# nothing\n\n  \n") ==
         "hf: no host in it (write one host per line: 'node1 slots=4')");
-  CHECK(errorOf("-oProxyCommand=evil\n") ==
+  CHECK(hostfileError("-oProxyCommand=evil\n") ==
         "hf:1: a host name may not start with '-' (write one host per line: 'node1 slots=4')");
-  CHECK(errorOf("node;rm\n").starts_with("hf:1: the host name 'node;rm' holds ';'"));
-  CHECK(errorOf("a@b@c\n").starts_with("hf:1: 'a@b@c' is not user@host"));
+  CHECK(hostfileError("node;rm\n").starts_with("hf:1: the host name 'node;rm' holds ';'"));
+  CHECK(hostfileError("a@b@c\n").starts_with("hf:1: 'a@b@c' is not user@host"));
 }
 
 TEST_CASE("a host list (--hosts) is comma-separated, host:N giving slots", "[unit]") {

@@ -17,8 +17,8 @@ using namespace std::chrono_literals;
 using dtrun::testing::planOk;
 
 // validate() on a machine whose dtrun has its Python hook in `hookDir` ("" = not installed).
-dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
-                                         const std::string& hookDir = "") {
+dtrun::Result<launcher::LaunchPlan> planWithHook(const std::vector<std::string>& args,
+                                                 const std::string& hookDir = "") {
   launcher::HostFacts host = dtrun::testing::testHost();
   host.pythonHookDir = hookDir;
   return dtrun::testing::plan(args, host);
@@ -54,23 +54,23 @@ TEST_CASE("the Python hook comes with --hang_timeout or --verbose unless switche
           "[unit][launcher]") {
   const std::string dir = "/usr/share/dtrun/python";
   CHECK(planOk({"x.py"}).config.pythonHookDir.empty());
-  auto withHang = plan({"--hang_timeout=5", "x.py"}, dir);
+  auto withHang = planWithHook({"--hang_timeout=5", "x.py"}, dir);
   REQUIRE(withHang.isOk());
   CHECK(withHang.value().config.pythonHookDir == dir);
-  CHECK(plan({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir ==
+  CHECK(planWithHook({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir ==
         "");
-  CHECK(plan({"--python-hook=on", "x.py"}, dir).value().config.pythonHookDir == dir);
+  CHECK(planWithHook({"--python-hook=on", "x.py"}, dir).value().config.pythonHookDir == dir);
   // --verbose's timeline reads an unmodified torch script's store and communicator times from the
   // hook (issue 34: it showed "-" for them unless --python_hook=on).
-  CHECK(plan({"--verbose", "x.py"}, dir).value().config.pythonHookDir == dir);
-  CHECK(plan({"--verbose", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir.empty());
+  CHECK(planWithHook({"--verbose", "x.py"}, dir).value().config.pythonHookDir == dir);
+  CHECK(planWithHook({"--verbose", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir.empty());
   CHECK(planOk({"--verbose", "x.py"}).notices.empty());  // not installed: nothing to judge
   // Not installed: a notice with auto (the job still runs), an error when asked for.
   const auto notInstalled = planOk({"--hang_timeout=5", "x.py"});
   CHECK(notInstalled.config.pythonHookDir.empty());
   REQUIRE(notInstalled.notices.size() == 1);
   CHECK(notInstalled.notices[0].find("not judged") != std::string::npos);
-  const auto asked = plan({"--python_hook=on", "x.py"});
+  const auto asked = planWithHook({"--python_hook=on", "x.py"});
   REQUIRE_FALSE(asked.isOk());
   CHECK(asked.status().message().ends_with("reinstall dtrun, or pass --python_hook=off"));
 }
@@ -88,7 +88,7 @@ TEST_CASE("bad insight values are one line naming the flag", "[unit][launcher]")
       {{"--report=", "x.py"}, "--report: expected a file path for the JSON report, got ''"},
       {{"--python_hook=yes", "x.py"}, "--python_hook: expected auto, on or off, got 'yes'"},
   }));
-  auto result = plan(args);
+  auto result = planWithHook(args);
   REQUIRE_FALSE(result.isOk());
   CHECK(result.status().message() == message);
 }
@@ -164,7 +164,7 @@ TEST_CASE("health checks: network is opt-in and needs dtrun-netcheck", "[unit][l
   CHECK(c.netMinGbps == 5.0);
   CHECK(c.netMaxRttUs == 0.0);
   CHECK(c.gpuMemoryWait == 0ms);
-  const auto missing = plan({"--health_checks=network", "x.py"});
+  const auto missing = planWithHook({"--health_checks=network", "x.py"});
   REQUIRE_FALSE(missing.isOk());
   CHECK(missing.status().message() ==
         "--health_checks=network: dtrun-netcheck (the network check's program) is not installed "
@@ -196,7 +196,7 @@ TEST_CASE("health checks: local by default, none, a list, and bad values", "[uni
         "--health_check_timeout=0", "--health_min_free_mb=-1", "--health_gpu_memory_wait=x",
         "--health_net_min_gbps=-1", "--health_net_max_rtt_us=fast", "--health_min_open_files=1.5",
         "--health_min_open_files=-3"}) {
-    const auto p = plan({bad, "x.py"});
+    const auto p = planWithHook({bad, "x.py"});
     REQUIRE_FALSE(p.isOk());
     CHECK(p.status().message().find(bad.substr(0, bad.find('='))) != std::string::npos);
   }

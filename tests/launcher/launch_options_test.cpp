@@ -19,6 +19,7 @@
 namespace {
 
 namespace launcher = dtrun::launcher;
+using dtrun::testing::errorOf;
 using dtrun::agent::Streams;
 using namespace std::chrono_literals;
 
@@ -28,15 +29,6 @@ using dtrun::testing::ScopedEnv;
 using dtrun::testing::plan;
 using dtrun::testing::planOk;
 using dtrun::testing::testHost;
-
-std::string errorOf(const std::vector<std::string>& args,
-                    const launcher::HostFacts& host = testHost()) {
-  auto result = plan(args, host);
-  REQUIRE_FALSE(result.isOk());
-  CHECK(result.status().code() == dtrun::Errc::kInvalidArgument);
-  return result.status().message();
-}
-
 // The message CLI11 itself raises for `args`, as dtrun prints it.
 std::string parseErrorOf(const std::vector<std::string>& args) {
   CLI::App app{"dtrun"};

@@ -12,6 +12,9 @@
 namespace {
 
 namespace launcher = dtrun::launcher;
+using dtrun::testing::contains;
+using dtrun::testing::errorOf;
+using dtrun::testing::testHost;
 using dtrun::testing::plan;
 using dtrun::testing::planOk;
 
@@ -52,20 +55,6 @@ launcher::HostFacts lsfHost(const std::string& self) {
   host.hostName = self;
   host.env = {{"LSB_JOBID", "3141"}, {"LSB_MCPU_HOSTS", "hostA 4 hostB 4"}};
   return host;
-}
-
-std::string errorOf(const std::vector<std::string>& args, const launcher::HostFacts& host) {
-  auto result = plan(args, host);
-  REQUIRE_FALSE(result.isOk());
-  CHECK(result.status().code() == dtrun::Errc::kInvalidArgument);  // dtrun exits 2
-  std::string message = result.status().message();
-  CHECK(message.find('\n') == std::string::npos);
-  return message;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO(text);
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

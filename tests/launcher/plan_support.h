@@ -42,4 +42,20 @@ inline launcher::LaunchPlan planOk(const std::vector<std::string>& args,
   return std::move(result).value();
 }
 
+// The message validate() refuses `args` with: an invalid argument (dtrun exits 2), on one line.
+inline std::string errorOf(const std::vector<std::string>& args,
+                           const launcher::HostFacts& host = testHost()) {
+  auto result = plan(args, host);
+  REQUIRE_FALSE(result.isOk());
+  CHECK(result.status().code() == Errc::kInvalidArgument);
+  std::string message = result.status().message();
+  CHECK(message.find('\n') == std::string::npos);
+  return message;
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  INFO(text);
+  return text.find(part) != std::string::npos;
+}
+
 }  // namespace dtrun::testing

@@ -11,10 +11,14 @@
 #include "dtrun/agent.h"
 
 #include "launch_options.h"
+#include "plan_support.h"
 
 namespace {
 
 namespace launcher = dtrun::launcher;
+using dtrun::testing::contains;
+using dtrun::testing::errorOf;
+using dtrun::testing::planOk;
 
 // srun's environment for task <node> of a 2-node step, one task per node (job 1234, step 0).
 launcher::HostFacts slurmHost(int node) {
@@ -45,44 +49,6 @@ launcher::HostFacts pbsHost(const std::string& self, const std::string& nodefile
                                                   : std::nullopt;
   };
   return host;
-}
-
-dtrun::Result<launcher::LaunchPlan> plan(const std::vector<std::string>& args,
-                                         const launcher::HostFacts& host) {
-  CLI::App app{"dtrun"};
-  launcher::RawOptions raw;
-  launcher::addLaunchOptions(app, raw);
-  std::vector<std::string> argv = {"dtrun"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<const char*> pointers;
-  pointers.reserve(argv.size());
-  for (const std::string& arg : argv) {
-    pointers.push_back(arg.c_str());
-  }
-  app.parse(launcher::argumentsForParse(static_cast<int>(pointers.size()), pointers.data()));
-  raw.program = app.remaining();
-  return launcher::validate(raw, host);
-}
-
-launcher::LaunchPlan planOk(const std::vector<std::string>& args, const launcher::HostFacts& host) {
-  auto result = plan(args, host);
-  INFO(result.status().message());
-  REQUIRE(result.isOk());
-  return std::move(result).value();
-}
-
-std::string errorOf(const std::vector<std::string>& args, const launcher::HostFacts& host) {
-  auto result = plan(args, host);
-  REQUIRE_FALSE(result.isOk());
-  CHECK(result.status().code() == dtrun::Errc::kInvalidArgument);  // dtrun exits 2
-  std::string message = result.status().message();
-  CHECK(message.find('\n') == std::string::npos);
-  return message;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO(text);
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

@@ -12,17 +12,11 @@
 namespace {
 
 namespace launcher = dtrun::launcher;
+using dtrun::testing::errorOf;
 
 using dtrun::testing::plan;
 using dtrun::testing::planOk;
 using dtrun::testing::testHost;
-
-std::string errorOf(const std::vector<std::string>& args) {
-  auto result = plan(args);
-  REQUIRE_FALSE(result.isOk());
-  return result.status().message();
-}
-
 bool hasLine(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }

@@ -370,7 +370,7 @@ std::unique_ptr<RoundMember> etcdMember(const std::shared_ptr<EtcdClient>& clien
   return std::move(m).value();
 }
 
-std::vector<JoinOutcome> joinAll(const std::vector<RoundMember*>& members) {
+std::vector<JoinOutcome> joinEach(const std::vector<RoundMember*>& members) {
   std::vector<std::future<Result<JoinOutcome>>> joins;
   joins.reserve(members.size());
   for (auto* m : members) {
@@ -493,7 +493,7 @@ TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
   auto b = etcdMember(client, "b");
   auto c = etcdMember(client, "c");
   auto first = etcdKeeper(client);
-  auto round0 = joinAll({a.get(), b.get(), c.get()});
+  auto round0 = joinEach({a.get(), b.get(), c.get()});
   std::set<int> ranks;
   for (const auto& o : round0) {
     REQUIRE_FALSE(o.closed);
@@ -510,7 +510,7 @@ TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
   const std::atomic<bool> cancel{false};
   REQUIRE(b->waitEnd(cancel).isOk());
   REQUIRE(c->waitEnd(cancel).isOk());
-  const auto round1 = joinAll({a.get(), b.get(), c.get()});
+  const auto round1 = joinEach({a.get(), b.get(), c.get()});
   CHECK(round1[0].assignment.round == 1);
   CHECK(round1[0].assignment.attempt == 1);
 
@@ -528,7 +528,7 @@ TEST_CASE("etcd store: the round protocol runs on it, keeper takeover included",
   REQUIRE(end.isOk());
   CHECK(end.value().kind == RoundEnd::Kind::kMembership);
   REQUIRE(b->waitEnd(cancel).isOk());
-  const auto round2 = joinAll({a.get(), b.get()});
+  const auto round2 = joinEach({a.get(), b.get()});
   CHECK(round2[0].assignment.round == 2);
   CHECK(round2[0].assignment.attempt == 1);
   CHECK(round2[0].assignment.nodeCount == 2);

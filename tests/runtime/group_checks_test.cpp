@@ -15,6 +15,7 @@
 #include "dtrun/runtime.h"
 
 #include "support/test_support.h"
+#include "thread_job.h"
 #include "thread_rank.h"
 #include "worker_runtime/compare_checks.h"
 #include "worker_runtime/ops_checks.h"
@@ -23,36 +24,8 @@ namespace {
 
 namespace rt = dtrun::runtime;
 
-using Check = std::function<int(dtrt_check::Reporter&, const rt::Context&)>;
-
-// Runs `check` on `world` threads of one in-process store; the number of ranks that failed.
-int failingRanks(int world, const Check& check) {
-  static std::atomic<int> jobs{0};
-  const auto server = dtrun::testing::startServer();
-  const std::string prefix = "/checks" + std::to_string(jobs++);
-  std::vector<int> codes(static_cast<std::size_t>(world), 1);
-  std::vector<std::thread> ranks;
-  ranks.reserve(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    ranks.emplace_back([&, r] {
-      dtrt_check::Reporter report(/*quiet=*/true);
-      try {
-        codes[static_cast<std::size_t>(r)] =
-            check(report, dtrun::testing::joinAsThread(r, world, server->port(), prefix));
-      } catch (const std::exception& e) {
-        report.fail("rank " + std::to_string(r), e.what());
-      }
-    });
-  }
-  for (auto& t : ranks) {
-    t.join();
-  }
-  int failing = 0;
-  for (const int code : codes) {
-    failing += code != 0 ? 1 : 0;
-  }
-  return failing;
-}
+using dtrun::testing::Check;
+using dtrun::testing::failingRanks;
 
 }  // namespace
 

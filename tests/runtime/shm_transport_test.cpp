@@ -6,6 +6,7 @@
 // p2p against exact oracles) and tcp-vs-gloo comparisons (compare_checks.h); which transport
 // carried the data is read from /proc/self/maps (the rings are mappings of DTRUN_SHM_DIR files).
 // Real processes (a peer killed mid-operation) are in tests/integration/runtime_test.sh.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -22,6 +23,7 @@
 
 #include "support/scoped.h"
 #include "support/test_support.h"
+#include "thread_job.h"
 #include "thread_rank.h"
 #include "worker_runtime/compare_checks.h"
 #include "worker_runtime/ops_checks.h"
@@ -32,36 +34,8 @@ namespace rt = dtrun::runtime;
 using dtrun::testing::ScopedEnv;
 using dtrun::testing::TempDir;
 
-using Check = std::function<int(dtrt_check::Reporter&, const rt::Context&)>;
-
-// Runs `check` on `world` threads of one in-process store; the number of ranks that failed.
-int failingRanks(int world, const Check& check) {
-  static std::atomic<int> jobs{0};
-  const auto server = dtrun::testing::startServer();
-  const std::string prefix = "/shm" + std::to_string(jobs++);
-  std::vector<int> codes(static_cast<std::size_t>(world), 1);
-  std::vector<std::thread> ranks;
-  ranks.reserve(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    ranks.emplace_back([&, r] {
-      dtrt_check::Reporter report(/*quiet=*/true);
-      try {
-        codes[static_cast<std::size_t>(r)] =
-            check(report, dtrun::testing::joinAsThread(r, world, server->port(), prefix));
-      } catch (const std::exception& e) {
-        report.fail("rank " + std::to_string(r), e.what());
-      }
-    });
-  }
-  for (auto& t : ranks) {
-    t.join();
-  }
-  int failing = 0;
-  for (const int code : codes) {
-    failing += code != 0 ? 1 : 0;
-  }
-  return failing;
-}
+using dtrun::testing::Check;
+using dtrun::testing::failingRanks;
 
 // Mappings of files under `dir` in this process (the rings of every rank-thread's groups).
 int ringMappings(const std::string& dir) {
@@ -343,6 +317,58 @@ TEST_CASE("the direct all_reduce sums in rank order: exact bits on every rank, a
   }
 }
 
+TEST_CASE("all_gather by doubling (Bruck's) and ring, forced and auto: exact data, worlds 1 to 4",
+          "[runtime][shm]") {
+  // kAllGatherDoublingBelow (tcp_algorithm_choice.cpp): auto switches to the ring at this many
+  // bytes of output; the sizes below straddle it, so "auto" runs both algorithms. Keep in step.
+  constexpr std::size_t kThreshold = std::size_t{32} << 10U;
+  auto valueOf = [](int rank, std::size_t i) {
+    return static_cast<float>((static_cast<std::size_t>(rank) * 7919 + i) % 65521);
+  };
+  for (const char* algorithm : {"doubling", "ring", "auto"}) {
+    const ScopedEnv algo("DTRUN_ALLGATHER_ALGO", algorithm);
+    for (const bool sockets : {false, true}) {
+      const ScopedEnv transport("DTRUN_TRANSPORT",
+                                sockets ? std::optional<std::string>("tcp") : std::nullopt);
+      for (int world = 1; world <= 4; ++world) {
+        INFO(algorithm << (sockets ? " over sockets" : " over shm") << " world " << world);
+        const std::size_t around = kThreshold / sizeof(float) / static_cast<std::size_t>(world);
+        CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& c) {
+                const auto pg = rt::ProcessGroup::create(c, rt::Backend::kTcp);
+                const auto n = static_cast<std::size_t>(world);
+                // Per-rank counts: none, tiny, around the threshold, several ring segments.
+                for (const std::size_t count :
+                     {0UL, 1UL, 3UL, 1000UL, around - 1, around, around + 1, 200003UL}) {
+                  for (const bool inPlace : {false, true}) {
+                    std::vector<float> out(count * n, -1.0F);
+                    std::vector<float> own(count);
+                    for (std::size_t i = 0; i < count; ++i) {
+                      own[i] = valueOf(c.rank, i);
+                    }
+                    float* block = out.data() + static_cast<std::size_t>(c.rank) * count;
+                    if (inPlace) {  // `in` is this rank's block of `out`
+                      std::copy(own.begin(), own.end(), block);
+                    }
+                    const std::span<const float> in(inPlace ? block : own.data(), count);
+                    pg->allGather(rt::view(in), rt::view(std::span<float>(out)));
+                    std::size_t bad = out.size();
+                    for (std::size_t k = 0; k < out.size() && bad == out.size(); ++k) {
+                      bad = out[k] == valueOf(static_cast<int>(k / count), k % count) ? bad : k;
+                    }
+                    report.expect(bad == out.size(),
+                                  "all_gather of " + std::to_string(count) + " floats per rank" +
+                                      (inPlace ? ", in place" : ""),
+                                  "wrong element " + std::to_string(bad) + " on rank " +
+                                      std::to_string(c.rank));
+                  }
+                }
+                return report.exitCode();
+              }) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they work",
           "[runtime][shm]") {
   const TempDir dir;
@@ -361,14 +387,15 @@ TEST_CASE("a tmpfs that cannot hold the rings leaves the pairs on tcp, and they 
 }
 
 TEST_CASE(
-    "bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_SHM_SLOT_BYTES, DTRUN_ALLREDUCE_ALGO "
-    "are refused, naming it",
+    "bad DTRUN_TRANSPORT, DTRUN_SHM_RING_BYTES, DTRUN_SHM_SLOT_BYTES, DTRUN_ALLREDUCE_ALGO, "
+    "DTRUN_ALLGATHER_ALGO are refused, naming it",
     "[runtime][shm]") {
   for (const auto& setting :
        std::vector<std::pair<std::string, std::string>>{{"DTRUN_TRANSPORT", "infiniband"},
                                                         {"DTRUN_SHM_RING_BYTES", "1000"},
                                                         {"DTRUN_SHM_SLOT_BYTES", "3000000"},
-                                                        {"DTRUN_ALLREDUCE_ALGO", "butterfly"}}) {
+                                                        {"DTRUN_ALLREDUCE_ALGO", "butterfly"},
+                                                        {"DTRUN_ALLGATHER_ALGO", "butterfly"}}) {
     const std::string name = setting.first;
     const ScopedEnv bad(name, setting.second);
     std::atomic<int> refused{0};

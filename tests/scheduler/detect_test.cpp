@@ -9,9 +9,14 @@
 
 #include "dtrun/scheduler.h"
 
+#include "detect_support.h"
+
 namespace {
 
 namespace sched = dtrun::scheduler;
+using dtrun::testing::contains;
+using dtrun::testing::detected;
+using dtrun::testing::errorOf;
 using Hosts = std::vector<std::string>;
 
 // What `srun` gives task <nodeId> of a 2-node step with one task per node (the local test
@@ -38,23 +43,6 @@ sched::JobEnvironment srunTask(int nodeId) {
   return job;
 }
 
-sched::Allocation detected(const sched::JobEnvironment& job,
-                           sched::Mode mode = sched::Mode::kAuto) {
-  auto found = sched::detect(mode, job);
-  INFO(found.status().message());
-  REQUIRE(found.isOk());
-  REQUIRE(found.value().has_value());
-  return *found.value();
-}
-
-std::string errorOf(const sched::JobEnvironment& job, sched::Mode mode = sched::Mode::kAuto) {
-  auto found = sched::detect(mode, job);
-  REQUIRE_FALSE(found.isOk());
-  std::string message = found.status().message();
-  CHECK(message.find('\n') == std::string::npos);  // one line
-  return message;
-}
-
 // A PBS job on the host `self` whose node file holds `nodefile`.
 sched::JobEnvironment pbsJob(const std::string& self, const std::string& nodefile,
                              const std::string& jobId = "4242.pbs-server") {
@@ -68,12 +56,6 @@ sched::JobEnvironment pbsJob(const std::string& self, const std::string& nodefil
   };
   return job;
 }
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO(text);
-  return text.find(part) != std::string::npos;
-}
-
 }  // namespace
 
 TEST_CASE("no job id means no scheduler, and --scheduler none ignores one", "[unit][scheduler]") {

@@ -9,32 +9,9 @@
 
 #include "dtrun/scheduler.h"
 
+#include "detect_support.h"
+
 namespace {
-
-namespace sched = dtrun::scheduler;
-using Hosts = std::vector<std::string>;
-
-sched::Allocation detected(const sched::JobEnvironment& job,
-                           sched::Mode mode = sched::Mode::kAuto) {
-  auto found = sched::detect(mode, job);
-  INFO(found.status().message());
-  REQUIRE(found.isOk());
-  REQUIRE(found.value().has_value());
-  return *found.value();
-}
-
-std::string errorOf(const sched::JobEnvironment& job, sched::Mode mode = sched::Mode::kAuto) {
-  auto found = sched::detect(mode, job);
-  REQUIRE_FALSE(found.isOk());
-  std::string message = found.status().message();
-  CHECK(message.find('\n') == std::string::npos);  // one line
-  return message;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO(text);
-  return text.find(part) != std::string::npos;
-}
 
 // Open MPI 4.1's mpirun, 2 processes on 2 nodes (one per node), rank <rank>: what Debian's
 // mpirun exported here, trimmed to the variables that matter. Rank 0 runs beside mpirun (its

@@ -41,6 +41,7 @@
 #include "dtrun/runtime.h"
 
 #include "fd_io.h"
+#include "text.h"
 
 namespace dtrun::runtime {
 namespace {
@@ -67,11 +68,6 @@ static_assert(std::atomic<bool>::is_always_lock_free, "used in a signal handler"
 alignas(16) std::array<char, std::size_t{64} * 1024> gAltStack{};
 
 // ---- non-signal paths -------------------------------------------------------------------------
-
-std::string envValue(const char* name) {
-  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): no setenv in libdtrt
-  return value != nullptr ? value : "";
-}
 
 std::string demangle(const char* mangled) {
   int status = 0;
@@ -149,7 +145,7 @@ void writeErrorFile(const std::string& path, const std::string& message,
 std::string errorFilePath() {
   // Set at install time; recordError() may also run without init().
   return gErrorFile[0] != '\0' ? std::string(gErrorFile.data())
-                               : envValue("TORCHELASTIC_ERROR_FILE");
+                               : text::envText("TORCHELASTIC_ERROR_FILE");
 }
 
 // "<ExceptionType>: <what()>" for the exception being handled, as torchrun writes it.
@@ -374,8 +370,8 @@ void copyInto(std::span<char> target, const std::string& value) {
 }
 
 void install() {
-  copyInto(gErrorFile, envValue("TORCHELASTIC_ERROR_FILE"));
-  const std::string rank = envValue("RANK");
+  copyInto(gErrorFile, text::envText("TORCHELASTIC_ERROR_FILE"));
+  const std::string rank = text::envText("RANK");
   copyInto(gRank, rank.empty() || rank.size() >= gRank.size() ? std::string("?") : rank);
 
   // Warm up backtrace(): its first call loads libgcc_s (malloc, dlopen), not signal-safe.

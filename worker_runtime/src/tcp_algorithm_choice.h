@@ -1,7 +1,8 @@
 // Which algorithm a Tcp collective takes, by size and topology: the one place that chooses. The
 // thresholds are in tcp_algorithm_choice.cpp, measured by bench/collectives/run.sh's algorithm
 // sweep (bench/README.md); the algorithms themselves are in files of their own
-// (tcp_allreduce_*.cpp, tcp_ring.cpp, tcp_broadcast.cpp, tcp_reduce.cpp).
+// (tcp_allreduce_*.cpp, tcp_allgather_doubling.cpp, tcp_ring.cpp, tcp_broadcast.cpp,
+// tcp_reduce.cpp).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,16 @@ class AllReduceChoice {
   std::size_t starBelow_ = 0;   // one host, few ranks: the star below this many bytes
   std::size_t directFrom_ = 0;  // one host, all over shared memory: direct from this many bytes
 };
+
+enum class AllGatherAlgo : std::uint8_t { kAuto, kDoubling, kRing };
+
+// DTRUN_ALLGATHER_ALGO: the all_gather algorithm the user forces, kAuto (allGatherByDoubling) when
+// unset or "auto". Throws ConfigError for an unknown name.
+AllGatherAlgo allGatherAlgo();
+// all_gather of `bytes` in all (every rank's block: the output's size) among `ranks` ranks:
+// Bruck's doubling (tcp_allgather_doubling.cpp) where `forced` says so or, under kAuto, below
+// kAllGatherDoublingBelow; else the pipelined ring.
+[[nodiscard]] bool allGatherByDoubling(AllGatherAlgo forced, std::size_t bytes, int ranks);
 
 // The hierarchical all_reduce among the hosts' leaders (over sockets): the ring, else doubling.
 [[nodiscard]] bool leadersUseRing(std::size_t bytes);

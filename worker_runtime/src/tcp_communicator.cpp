@@ -13,7 +13,9 @@
 //                   DTRUN_ALLREDUCE_ALGO forces one.
 //   broadcast       binomial tree; large messages on 3+ ranks: pipelined chain
 //   reduce          binomial tree; large: ring reduce-scatter, then the blocks go to the root
-//   all_gather      pipelined ring            reduce_scatter   pipelined ring
+//   all_gather      small: Bruck's (recursive doubling, any n; tcp_allgather_doubling.cpp),
+//                   large: pipelined ring; DTRUN_ALLGATHER_ALGO forces one
+//   reduce_scatter  pipelined ring
 //   gather/scatter  direct to/from the root   all_to_all       pairwise exchange
 //   barrier         dissemination (zero-byte messages)
 // all_reduce is bitwise identical on every rank: recursive doubling combines the two halves in
@@ -72,6 +74,7 @@ std::shared_ptr<Transport> connect(const CommunicatorConfig& config, std::vector
 TcpCommunicator::TcpCommunicator(const CommunicatorConfig& config)
     : config_(config),
       algo_(allReduceAlgo()),
+      gatherAlgo_(allGatherAlgo()),
       slotBytes_(directSlotBytes()),
       transport_(connect(config, hosts_, linked_)) {
   for (int r = 0; r < config_.size; ++r) {

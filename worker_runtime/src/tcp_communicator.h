@@ -132,13 +132,17 @@ class TcpCommunicator final : public Communicator {
     ring(call, world_, rank(), buf, offsets, rsSteps, agSteps, shift, type, op);
   }
   std::vector<std::size_t>& balancedOffsets(std::size_t count, int parts);
+  // tcp_allgather_doubling.cpp: all_gather of `blockBytes` per rank into `out` (n blocks, this
+  // rank's own already in place) by Bruck's algorithm, ceil(log2 n) steps.
+  void allGatherDoubling(Call& call, std::byte* out, std::size_t blockBytes);
   std::vector<std::size_t>& balancedOffsets(std::size_t count) {
     return balancedOffsets(count, size());
   }
 
   const CommunicatorConfig config_;
-  const AllReduceAlgo algo_;     // DTRUN_ALLREDUCE_ALGO; kAuto: by size and topology
-  const std::size_t slotBytes_;  // the direct all_reduce's piece per rank (directSlotBytes())
+  const AllReduceAlgo algo_;        // DTRUN_ALLREDUCE_ALGO; kAuto: by size and topology
+  const AllGatherAlgo gatherAlgo_;  // DTRUN_ALLGATHER_ALGO; kAuto: by size (allGatherByDoubling)
+  const std::size_t slotBytes_;     // the direct all_reduce's piece per rank (directSlotBytes())
   std::vector<int> hosts_;  // hosts_[r]: group rank r's host, numbered from 0 (set by connect())
   int linked_ = 0;          // peers over shared memory (set by connect())
   std::shared_ptr<tcp::Transport> transport_;

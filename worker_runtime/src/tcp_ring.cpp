@@ -1,5 +1,6 @@
 // The pipelined ring: reduce-scatter and all-gather steps over blocks cut into segments. all_reduce
-// (large), reduce (large), all_gather and reduce_scatter run on it.
+// (large), reduce (large), all_gather (large; small ones: tcp_allgather_doubling.cpp) and
+// reduce_scatter run on it; allGather dispatches between the two.
 #include <algorithm>
 #include <cstring>
 
@@ -108,11 +109,15 @@ void TcpCommunicator::allGather(const Buffer& in, const Buffer& out) {
   // Own block first: afterwards `in` is never read, so it may alias any part of `out`.
   copyBytes(bytePtr(out) + static_cast<std::size_t>(rank()) * bytes, in.data, bytes);
   Call call(*this, "all_gather");
-  offsets_.resize(static_cast<std::size_t>(n) + 1);
-  for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
-    offsets_[c] = c * in.count;
+  if (allGatherByDoubling(gatherAlgo_, static_cast<std::size_t>(n) * bytes, n)) {
+    allGatherDoubling(call, bytePtr(out), bytes);  // tcp_allgather_doubling.cpp
+  } else {
+    offsets_.resize(static_cast<std::size_t>(n) + 1);
+    for (std::size_t c = 0; c <= static_cast<std::size_t>(n); ++c) {
+      offsets_[c] = c * in.count;
+    }
+    ring(call, bytePtr(out), offsets_, 0, n - 1, 0, in.dtype, ReduceOp::kSum);
   }
-  ring(call, bytePtr(out), offsets_, 0, n - 1, 0, in.dtype, ReduceOp::kSum);
   call.finish();
 }
 

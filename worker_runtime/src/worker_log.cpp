@@ -23,6 +23,7 @@
 #include "dtrun/runtime.h"
 
 #include "fd_io.h"
+#include "text.h"
 
 namespace dtrun::runtime {
 namespace {
@@ -62,11 +63,6 @@ bool parseLevel(std::string text, LogLevel& level) {
     return false;
   }
   return true;
-}
-
-std::string envValue(const char* name) {
-  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read once, see load()
-  return value != nullptr ? value : "";
 }
 
 void writeAll(int fd, std::string_view text) { static_cast<void>(io::writeAll(fd, text)); }
@@ -123,11 +119,11 @@ class Logger {
  private:
   // Reads DTRT_LOG_LEVEL, RANK and DTRT_LOG_FILE (once: the function-static instance).
   Logger() {
-    const std::string rank = envValue("RANK");
+    const std::string rank = text::envText("RANK");
     rank_ = rank.empty() ? "?" : rank;
     std::string warning;
     LogLevel level = kDefaultLevel;
-    if (const std::string text = envValue("DTRT_LOG_LEVEL"); !text.empty()) {
+    if (const std::string text = text::envText("DTRT_LOG_LEVEL"); !text.empty()) {
       if (!parseLevel(text, level)) {
         level = kDefaultLevel;
         warning =
@@ -135,7 +131,7 @@ class Logger {
       }
     }
     level_.store(level);
-    if (std::string path = envValue("DTRT_LOG_FILE"); !path.empty()) {
+    if (std::string path = text::envText("DTRT_LOG_FILE"); !path.empty()) {
       for (auto at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}")) {
         path.replace(at, 6, rank_);
       }

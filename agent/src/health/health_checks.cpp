@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -166,14 +167,12 @@ class SystemProbe final : public HealthProbe {
     room.soft = limit.rlim_cur;
     room.hard = limit.rlim_max;
     // "allocated unused max": the kernel's file handles in use and its ceiling.
-    unsigned long long allocated = 0;
-    unsigned long long unused = 0;
-    unsigned long long max = 0;
-    if (FILE* f = std::fopen("/proc/sys/fs/file-nr", "re")) {
-      if (std::fscanf(f, "%llu %llu %llu", &allocated, &unused, &max) == 3 && max >= allocated) {
-        room.systemFree = max - allocated;
-      }
-      std::fclose(f);
+    std::uint64_t allocated = 0;
+    std::uint64_t unused = 0;
+    std::uint64_t max = 0;
+    std::ifstream fileNr("/proc/sys/fs/file-nr");
+    if (fileNr >> allocated >> unused >> max && max >= allocated) {
+      room.systemFree = max - allocated;
     }
     return room;
   }
