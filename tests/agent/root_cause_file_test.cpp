@@ -108,7 +108,7 @@ TEST_CASE("workers get their own error file, never the launcher's", "[unit][agen
   dtrun::agent::detail::WorkerPlacement placement;
   placement.errorFile = "/logs/j/attempt_0/0/error.json";
   CHECK(envOf(dtrun::agent::detail::workerEnvironment(inherited, config, placement),
-                 "TORCHELASTIC_ERROR_FILE") == "/logs/j/attempt_0/0/error.json");
+              "TORCHELASTIC_ERROR_FILE") == "/logs/j/attempt_0/0/error.json");
   // --log_dir=/dev/null: empty, as torchrun's, and no outer dtrun's files either.
   const auto env =
       dtrun::agent::detail::workerEnvironment(inherited, config, {} /* no directory */);

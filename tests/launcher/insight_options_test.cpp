@@ -57,13 +57,16 @@ TEST_CASE("the Python hook comes with --hang_timeout or --verbose unless switche
   auto withHang = planWithHook({"--hang_timeout=5", "x.py"}, dir);
   REQUIRE(withHang.isOk());
   CHECK(withHang.value().config.pythonHookDir == dir);
-  CHECK(planWithHook({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir ==
-        "");
+  CHECK(planWithHook({"--hang_timeout=5", "--python_hook=off", "x.py"}, dir)
+            .value()
+            .config.pythonHookDir == "");
   CHECK(planWithHook({"--python-hook=on", "x.py"}, dir).value().config.pythonHookDir == dir);
   // --verbose's timeline reads an unmodified torch script's store and communicator times from the
   // hook (issue 34: it showed "-" for them unless --python_hook=on).
   CHECK(planWithHook({"--verbose", "x.py"}, dir).value().config.pythonHookDir == dir);
-  CHECK(planWithHook({"--verbose", "--python_hook=off", "x.py"}, dir).value().config.pythonHookDir.empty());
+  CHECK(planWithHook({"--verbose", "--python_hook=off", "x.py"}, dir)
+            .value()
+            .config.pythonHookDir.empty());
   CHECK(planOk({"--verbose", "x.py"}).notices.empty());  // not installed: nothing to judge
   // Not installed: a notice with auto (the job still runs), an error when asked for.
   const auto notInstalled = planOk({"--hang_timeout=5", "x.py"});

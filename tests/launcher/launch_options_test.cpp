@@ -19,8 +19,8 @@
 namespace {
 
 namespace launcher = dtrun::launcher;
-using dtrun::testing::errorOf;
 using dtrun::agent::Streams;
+using dtrun::testing::errorOf;
 using namespace std::chrono_literals;
 
 // Sets (or, with nullopt, unsets) one environment variable and restores it on destruction.

@@ -14,9 +14,9 @@ namespace {
 namespace launcher = dtrun::launcher;
 using dtrun::testing::contains;
 using dtrun::testing::errorOf;
-using dtrun::testing::testHost;
 using dtrun::testing::plan;
 using dtrun::testing::planOk;
+using dtrun::testing::testHost;
 
 // Rank <rank> of Open MPI 4's `mpirun -np 2 --map-by ppr:1:node`, rank 0 beside mpirun.
 launcher::HostFacts ompiHost(int rank) {

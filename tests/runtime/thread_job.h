@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrun/runtime.h"
+
 #include "support/test_support.h"
 #include "thread_rank.h"
 #include "worker_runtime/ops_checks.h"
