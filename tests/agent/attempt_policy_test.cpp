@@ -222,4 +222,10 @@ TEST_CASE("exit 75: a worker SIGKILL could not end takes the node out, restarts 
   signalled.signal = 15;
   signalled.workerStuck = true;
   CHECK(decideAfterAttempt(signalled).exitCode == 143);
+  // The store gone while the stuck worker was waited for (the job ended elsewhere): still 75.
+  auto lost = multiNode(StopReason::kStoreLost, false, Kind::kFailure);
+  lost.workerStuck = true;
+  CHECK(decideAfterAttempt(lost).exitCode == dtrun::agent::kExitWorkerStuck);
+  lost.workerStuck = false;
+  CHECK(decideAfterAttempt(lost).exitCode == 1);
 }

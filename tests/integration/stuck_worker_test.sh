@@ -69,14 +69,17 @@ PY
 [[ -n $stuck_pid ]] && [[ $(awk '{print $3}' "/proc/$stuck_pid/stat" 2>/dev/null) == D ]] ||
   note_fail "one node: the stuck worker (pid '$stuck_pid') is not in state D any more"
 
-# Two nodes and a spare: the stuck node leaves, the spare takes its place, the job succeeds.
+# Two nodes and a spare: the stuck node (b) leaves, the spare takes its place, the job succeeds.
+# Node b's first workers only (its --log_dir is in their error file's path): a spare that joins
+# ends round 0 to scale up, and the next round must not find a stuck worker again.
 cat >"$work/node.sh" <<SH
 #!/usr/bin/env bash
-if [[ \$GROUP_RANK == 1 && \$TORCHELASTIC_RESTART_COUNT == 0 ]]; then
+if [[ \$TORCHELASTIC_ERROR_FILE == "$work/b/"* ]]; then
   [[ \$LOCAL_RANK == 0 ]] && exec cat "$mnt/held"
   sleep 1
   exit 3
 fi
+sleep 4  # the job outlasts b's stop (1 s + --kill_wait), so the store's host hears b leave
 exit 0
 SH
 chmod +x "$work/node.sh"

@@ -15,9 +15,12 @@ Decision decideAfterAttempt(const AttemptEnd& end) {
       d.exitCode = 128 + end.signal;
       d.leaveJob = end.multiNode;
       return d;
-    case StopReason::kStoreLost:
-      d.exitCode = 1;
-      return d;
+    case StopReason::kStoreLost:  // 1, unless a worker is stuck: the node's health comes first
+      if (!end.workerStuck) {
+        d.exitCode = 1;
+        return d;
+      }
+      break;
     case StopReason::kNone:
     case StopReason::kFailure:
     case StopReason::kRoundEnded:
