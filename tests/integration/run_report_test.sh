@@ -19,7 +19,11 @@ check() {
   $PYTHON - "$1" "$2" <<'PY' || die "$3 ($1)"
 import json, sys
 r = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)
+if not eval(sys.argv[2]):
+    # What a failed check looked at most often: the first attempt's timeline and ranks.
+    first = (r.get("attempts") or [{}])[0]
+    print(json.dumps({k: first.get(k) for k in ("timeline", "ranks")}), file=sys.stderr)
+    sys.exit(1)
 PY
 }
 # run <name> <expected exit code> <dtrun args...>
@@ -36,7 +40,10 @@ run() {
 run success 0 --nproc_per_node=3 --verbose --no_python "$LIBDTRT_WORKER" --ok
 check "$work/success.json" 'r["outcome"] == "succeeded" and r["exit_code"] == 0 and r["root_cause"] is None and r["hang"] is None' "success: outcome"
 check "$work/success.json" '[x["exit_code"] for x in r["attempts"][0]["ranks"]] == [0, 0, 0] and r["world_size"] == 3' "success: every rank exit 0"
-check "$work/success.json" 'all(0 <= t["workers_spawned"] <= x["store_connected"] <= x["communicator_ready"] for t in [r["attempts"][0]["timeline"]] for x in t["ranks"])' "success: timeline in order"
+# Each rank's own milestones are in order; against the agent's "every fork returned" a fast rank
+# may connect first (seen under a loaded CI: rank 0 reached the store before the third fork
+# returned), so only that both are past the agent's start is checked.
+check "$work/success.json" 'all(0 <= t["workers_spawned"] and 0 <= x["store_connected"] <= x["communicator_ready"] for t in [r["attempts"][0]["timeline"]] for x in t["ranks"])' "success: timeline in order"
 grep -q "dtrun: startup timeline of attempt 0" "$work/success.out" || die "success: --verbose printed no timeline"
 grep -qE "rank 2 communicator ready +[0-9]+\.[0-9]{3}$" "$work/success.out" || die "success: the timeline lacks rank 2's communicator"
 grep -q "dtrun: job 'success' succeeded after 1 attempt(s)" "$work/success.out" || die "success: no summary line"
