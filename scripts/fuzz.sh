@@ -38,7 +38,12 @@ if [[ ! -f $runtime/libclang_rt.fuzzer-x86_64.a && ! -f $runtime/libclang_rt.fuz
   exit 2
 fi
 build=$root/build-fuzz
-bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" >/dev/null
+# Quiet when it builds; the compiler's errors (ninja prints them on stdout) when it does not.
+if ! build_log=$(bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" 2>&1); then
+  printf '%s\n' "$build_log" >&2
+  echo "fuzz.sh: the fuzz preset did not build (clang, ASan+UBSan): see the errors above" >&2
+  exit 1
+fi
 ((build_only == 0)) || exit 0
 
 summary=()

@@ -380,9 +380,9 @@ std::uint16_t jobPort(const Allocation& allocation) {
   const auto digits = std::min(id.find_first_not_of("0123456789"), id.size());
   // The last 18 digits of the leading number: its value mod 10000 is all that counts, and a Flux
   // id's last digits are the ones that differ between jobs.
-  constexpr std::size_t kMaxDigits = 18;
+  constexpr std::size_t kJobIdDigits = 18;
   const std::string_view leading =
-      id.substr(digits > kMaxDigits ? digits - kMaxDigits : 0, std::min(digits, kMaxDigits));
+      id.substr(digits > kJobIdDigits ? digits - kJobIdDigits : 0, std::min(digits, kJobIdDigits));
   std::uint64_t job = 0;
   if (leading.empty()) {
     job = 14695981039346656037ULL;  // FNV-1a: any id text still maps to a fixed port
