@@ -5,7 +5,7 @@
 # The C++ demos are found next to dtrun's build tree (<build>/demos/<name>/<name>; build them
 # with ninja -C build barrier p2p collectives). Per-rank output is read from --log_dir.
 # Scenarios:
-#   barrier     20 runs at 4 ranks (tcp; half with the default 100 ms per rank of uneven work
+#   barrier     20 runs at 4 ranks (6 in a sanitizer tree's short form, preamble.sh; tcp; half with the default 100 ms per rank of uneven work
 #               before the checkpoint, half with none) and 4 with gloo: in every run, every
 #               rank's WAITING line is stamped (CLOCK_MONOTONIC, taken before entering the
 #               barrier) no later than every rank's Results line (stamped after leaving it).
@@ -28,7 +28,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/preamble.sh" demos_test "$@"
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower.
 RUN_LIMIT=${DEMOS_TEST_RUN_LIMIT:-$((SANITIZED ? 120 : 30))}
-BARRIER_RUNS=${DEMOS_TEST_BARRIER_RUNS:-20}
+BARRIER_RUNS=${DEMOS_TEST_BARRIER_RUNS:-$((LONG ? 20 : 6))}
 export DTRUN_TIMEOUT=10 GLOO_SOCKET_IFNAME=lo
 
 for demo in barrier p2p collectives; do

@@ -30,7 +30,10 @@ DTRUN=${1:?usage: runtime_test.sh /path/to/dtrun}
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower
 # (TSan: a 3-rank scenario takes ~20 s on 2 cores). RUNTIME_TEST_RUN_LIMIT overrides.
 RUN_LIMIT=45
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || RUN_LIMIT=180
+# A sanitizer tree runs the short form of the ops scenario (mixed hosts, which take the shared
+# memory and the socket paths both) unless DTRUN_TEST_LONG=1, as lib/preamble.sh's LONG.
+LONG=1
+[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || { RUN_LIMIT=180; LONG=${DTRUN_TEST_LONG:-0}; }
 RUN_LIMIT=${RUNTIME_TEST_RUN_LIMIT:-$RUN_LIMIT}
 export DTRUN_TIMEOUT=10
 
@@ -170,7 +173,9 @@ done
 # ops over real processes: every operation of the tcp backend between processes over shared
 # memory (3 ranks, one host) and mixed (4 ranks as two "hosts": rings inside, sockets across,
 # hierarchical all_reduce), the transports tests/runtime checks with ranks as threads.
-for spec in "shm 3" "mixed 4"; do
+ops_specs=("shm 3" "mixed 4")
+[[ $LONG == 1 ]] || ops_specs=("mixed 4")
+for spec in "${ops_specs[@]}"; do
   read -r transport n <<<"$spec"
   name=ops_tcp_$transport
   if [[ $transport == mixed ]]; then export DTRUN_HOST_ID=a,a,b,b; fi
