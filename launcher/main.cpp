@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtrun/launcher.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string(launcher::versionLine()));
     const auto runStore = launcher::addStoreCommand(app);
     const auto runReport = launcher::addReportCommand(app);
+    const auto runBundle = launcher::addBundleCommand(app, launcher::versionLine());
     launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {
       app.parse(launcher::argumentsForParse(argc, argv));
@@ -30,11 +32,16 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("report")) {
       return runReport();
     }
+    if (app.got_subcommand("bundle")) {
+      return runBundle();
+    }
     if (const std::optional<int> refused = launch.plan()) {
       return *refused;  // one line said why: 2 (a bad option) or 127 (no such program)
     }
     launch.prepareProcess();  // signals blocked before any thread; logging; notices
-    return launch.dryRun() ? launch.printDryRun() : launch.runAgent(launcher::versionLine());
+    return launch.dryRun() ? launch.printDryRun()
+                           : launch.runAgent(launcher::versionLine(),
+                                             std::vector<std::string>(argv, argv + argc));
   } catch (const std::exception& e) {
     std::cerr << "dtrun: " << e.what() << "\n";
     return 1;

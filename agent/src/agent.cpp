@@ -135,6 +135,8 @@ Status Agent::prepare() {
   hangWatch_ = std::make_unique<HangWatch>(io_, config_, host_, envValue(inheritedEnv_, "PATH"),
                                            std::move(exchange));
   DTRUN_ASSIGN_OR_RETURN(runDir_, createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
+  writeRunFacts(runDir_, config_, host_);
+  log_.setRunDir(runDir_);
   return Status::ok();
 }
 

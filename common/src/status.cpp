@@ -1,6 +1,11 @@
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <system_error>
+#include <utility>
+
+#include <sys/resource.h>
 
 #include "dtrun/common.h"
 
@@ -31,7 +36,21 @@ std::string_view errcName(Errc code) {
 }
 
 Status Status::system(std::string_view what, int err) {
-  return {Errc::kSystem, std::string(what) + ": " + std::system_category().message(err)};
+  std::string message = std::string(what) + ": " + std::system_category().message(err);
+  // Out of file descriptors: what the limit is and how to raise it, wherever it struck.
+  if (err == EMFILE) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      message += " (this process may open " + std::to_string(limit.rlim_cur) +
+                 " files, RLIMIT_NOFILE: raise it with ulimit -n, up to the hard limit " +
+                 (limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                                  : std::to_string(limit.rlim_max)) +
+                 ")";
+    }
+  } else if (err == ENFILE) {
+    message += " (the system's open files are at their limit: raise fs.file-max)";
+  }
+  return {Errc::kSystem, std::move(message)};
 }
 
 std::string Status::toString() const {

@@ -52,4 +52,72 @@ std::string envText(const char* name) {
   return value != nullptr ? value : "";
 }
 
+namespace {
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool startsWithNoCase(std::string_view text, std::size_t at, std::string_view word) {
+  if (text.size() - at < word.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (lower(text[at + i]) != word[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Where the value of a secret named at `at` (name `length` long) begins: past `=` or, as Python
+// prints a dict, `': '`; npos when the name is part of another word (DTRUN_STORE_TOKEN_FILE).
+std::size_t secretValueStart(std::string_view text, std::size_t at, std::size_t length) {
+  std::size_t p = at + length;
+  if (p < text.size() && (text[p] == '\'' || text[p] == '"')) {
+    ++p;
+  }
+  if (p >= text.size() || (text[p] != '=' && text[p] != ':')) {
+    return std::string_view::npos;
+  }
+  ++p;
+  while (p < text.size() && text[p] == ' ') {
+    ++p;
+  }
+  if (p < text.size() && (text[p] == '\'' || text[p] == '"')) {
+    ++p;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string redactSecrets(std::string_view text) {
+  // Lower case: matched without regard to case, anywhere in a name: DTRUN_STORE_TOKEN and
+  // --rdzv_conf's token=, DTRUN_ETCD_PASSWORD and password=, and the user's own (HF_TOKEN=).
+  constexpr std::string_view kNames[] = {"token", "password"};
+  constexpr std::string_view kEnds = " \t\r\n,'\"}";
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t valueStart = std::string_view::npos;
+    for (const std::string_view name : kNames) {
+      if (startsWithNoCase(text, i, name)) {
+        valueStart = secretValueStart(text, i, name.size());
+        break;
+      }
+    }
+    if (valueStart == std::string_view::npos) {
+      out += text[i++];
+      continue;
+    }
+    const std::size_t valueEnd = std::min(text.find_first_of(kEnds, valueStart), text.size());
+    out.append(text.substr(i, valueStart - i));
+    if (valueEnd > valueStart) {
+      out += "<redacted>";
+    }
+    i = valueEnd;
+  }
+  return out;
+}
+
 }  // namespace dtrun::text

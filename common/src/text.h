@@ -27,4 +27,10 @@ std::optional<long long> parseInt(std::string_view text);
 // setenv while other threads read (libdtrt reads its variables once, at start).
 std::string envText(const char* name);
 
+// `text` with the value after each name that ends in "token" or "password" (any case) replaced
+// by "<redacted>": DTRUN_STORE_TOKEN=, --rdzv_conf's token= and password=, DTRUN_ETCD_PASSWORD=,
+// also as Python prints a dict ('HF_TOKEN': '...'); each value up to a blank, comma, quote, '}'
+// or the line's end. What leaves a run in a bundle or a record passes through here.
+std::string redactSecrets(std::string_view text);
+
 }  // namespace dtrun::text

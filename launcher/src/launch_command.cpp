@@ -85,7 +85,8 @@ int LaunchCommand::printDryRun() const {
   return 0;
 }
 
-int LaunchCommand::runAgent(std::string_view versionLine) const {
+int LaunchCommand::runAgent(std::string_view versionLine,
+                            std::vector<std::string> commandLine) const {
   if (ssh_ != nullptr) {
     return runSsh(*ssh_);
   }
@@ -102,6 +103,7 @@ int LaunchCommand::runAgent(std::string_view versionLine) const {
   log::launcher().info("{}", launchBanner(*plan_));
   agent::AgentConfig config = plan_->config;
   config.dtrunVersion = versionLine;
+  config.commandLine = std::move(commandLine);
   return agent::run(config);
 }
 

@@ -3,7 +3,8 @@
 # loopback or in three network namespaces), each hit by one random fault at a random time while
 # the job runs; every run is then checked against the outcome its fault must have.
 #   bash tests/integration/fault_campaign_test.sh /abs/path/to/build/launcher/dtrun
-# Short form (CI): 20 runs (10 for a sanitizer build, found by its build-asan/build-tsan path).
+# Short form (CI): 20 runs (12 for a sanitizer build, found by its build-asan/build-tsan path): the
+# first take each fault kind once.
 # Long form: FAULT_RUNS=500 bash tests/integration/fault_campaign_test.sh build/launcher/dtrun
 # Settings (environment):
 #   FAULT_RUNS=N     number of runs
@@ -42,6 +43,16 @@
 #   link-down       (netns only) node N's link goes down: N=1,2: N exits 1 naming the store; the
 #                   survivors as for agent-kill. N=0: nodes 1 and 2 exit 1 naming the store;
 #                   node 0 exits 1 (its peers are lost: below min, or join_timeout).
+#   agent-pause     SIGSTOP to node 1 or 2's agent (its workers run on) for 5 s, past the 2 s of
+#                   silence that make it lost, then SIGCONT: the survivors as for agent-kill; the
+#                   resumed agent writes nothing into the round it comes back to (the counters
+#                   below), stops its workers and exits 1 naming the store that dropped it.
+#   one-way         (netns only) node N's outgoing packets dropped (a blackhole qdisc on its
+#                   link; what it is sent still arrives): as link-down, one direction only.
+#   link-slow       (netns only) every node's link in both directions through a token bucket
+#                   (96 kbit/s, 50 ms of queue: 30 KB take 2.8 s, 2 of 3 packets are dropped and
+#                   sent again) for 3 s, then a worker dies as in worker-restart: as
+#                   worker-restart, and no node is judged lost.
 # Checks after every run, whatever the fault:
 #   - every agent ended within the run's bound (else: a dump of who was still running and what
 #     each was waiting for, then kill -9);
@@ -64,7 +75,7 @@ WORKER=$HERE/workers/fault_worker.sh
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 
-RUNS=${FAULT_RUNS:-$((SANITIZED ? 10 : 20))}
+RUNS=${FAULT_RUNS:-$((SANITIZED ? 12 : 20))}
 SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ONLY=${FAULT_ONLY:-}
 BOUND=${FAULT_BOUND:-$((SANITIZED ? 90 : 40))}
@@ -73,7 +84,9 @@ for v in RUNS SEED BOUND; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_$v must be a number, got '${!v}'" >&2; exit 2; }
 done
 [[ -z $ONLY || $ONLY =~ ^[0-9]+$ ]] || { echo "fault_campaign: FAULT_ONLY must be a run number" >&2; exit 2; }
-all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term host-pause link-down)
+all_kinds=(worker-restart worker-final agent-kill agent-term host-kill host-term host-pause link-down
+  agent-pause one-way link-slow)
+netns_kinds=" link-down one-way link-slow "  # only between namespaces
 KINDS=${FAULT_KINDS:-$(IFS=,; echo "${all_kinds[*]}")}
 for k in ${KINDS//,/ }; do
   [[ " ${all_kinds[*]} " == *" $k "* ]] ||
@@ -140,8 +153,10 @@ if [[ $NET != loopback ]]; then
       done
     fi
   fi
-  if [[ $netns -eq 0 && ($NET == netns || $KINDS == link-down) ]]; then
-    echo "fault_campaign: FAIL: netns hosts (FAULT_NET=netns, link-down) need root, iproute2," \
+  only_netns=1
+  for k in ${KINDS//,/ }; do [[ $netns_kinds == *" $k "* ]] || only_netns=0; done
+  if [[ $netns -eq 0 && ($NET == netns || $only_netns -eq 1) ]]; then
+    echo "fault_campaign: FAIL: netns hosts (FAULT_NET=netns, $netns_kinds) need root, iproute2," \
       "nsenter and namespaces" >&2
     exit 1
   fi
@@ -187,14 +202,24 @@ run_one() {
   local kinds=() k
   for k in "${all_kinds[@]}"; do
     [[ ,$KINDS, == *,$k,* ]] || continue
-    [[ $k != link-down ]] && kinds+=("$k") || { [[ $net != netns ]] || kinds+=("$k" "$k"); }
+    [[ $netns_kinds != *" $k "* ]] && kinds+=("$k") || { [[ $net != netns ]] || kinds+=("$k"); }
   done
-  [[ ${#kinds[@]} -gt 0 ]] || kinds=(link-down)  # FAULT_KINDS=link-down: every run in netns
-  [[ ${kinds[0]} != link-down || $netns -eq 0 ]] || net=netns
+  if [[ ${#kinds[@]} -eq 0 ]]; then  # FAULT_KINDS of netns kinds only: every run in netns
+    net=netns
+    for k in ${KINDS//,/ }; do kinds+=("$k"); done
+  fi
   local kind backend min victim signal="" local_rank=0 delay_ms
   pick "${kinds[@]}" && kind=$picked
-  # The first runs take every kind in turn (the short CI form meets each one), then by chance.
-  [[ -n ${FAULT_KINDS:-} || $idx -ge ${#kinds[@]} ]] || kind=${kinds[idx]}
+  # The first runs take every kind these hosts allow in turn (the short CI form meets each one),
+  # in namespaces where the kind needs them; then by chance.
+  local every=()
+  for k in "${all_kinds[@]}"; do
+    [[ $netns -eq 1 || $netns_kinds != *" $k "* ]] && every+=("$k")
+  done
+  if [[ -z ${FAULT_KINDS:-} && $idx -lt ${#every[@]} ]]; then
+    kind=${every[idx]}
+    [[ $netns_kinds != *" $kind "* ]] || net=netns
+  fi
   pick static c10d && backend=$picked
   min=3
   [[ $backend == c10d ]] && pick 2 3 && min=$picked
@@ -202,7 +227,7 @@ run_one() {
   for i in 0 1 2; do roll 2 && nproc[i]=$((rolled + 1)); done
   roll 1500 && delay_ms=$rolled
   case $kind in
-    worker-*) roll 3 && victim=$rolled
+    worker-* | link-slow) roll 3 && victim=$rolled
       roll "${nproc[victim]}" && local_rank=$rolled
       pick KILL TERM SEGV ABRT HUP USR1 && signal=$picked ;;
     host-pause) roll 3 && victim=$rolled  # the worker killed after the pause
@@ -212,14 +237,16 @@ run_one() {
     agent-term) roll 2 && victim=$((rolled + 1)) && pick TERM INT HUP QUIT && signal=$picked ;;
     host-kill) victim=0; signal=KILL ;;
     host-term) victim=0; pick TERM INT HUP QUIT && signal=$picked ;;
-    link-down) roll 3 && victim=$rolled ;;
+    link-down | one-way) roll 3 && victim=$rolled ;;
+    agent-pause) roll 2 && victim=$((rolled + 1)) ;;
   esac
   local restarts=0
   [[ $kind != worker-restart ]] || { roll 2 && restarts=$((rolled + 1)); }
+  [[ $kind != link-slow ]] || restarts=1
   [[ $kind != host-pause ]] || restarts=1
   local desc="net=$net backend=$backend nnodes=$min:3 nproc=${nproc[0]},${nproc[1]},${nproc[2]}"
   desc+=" max_restarts=$restarts fault=$kind victim=node$victim"
-  [[ $kind == worker-* || $kind == host-pause ]] && desc+=" local_rank=$local_rank"
+  [[ $kind == worker-* || $kind == host-pause || $kind == link-slow ]] && desc+=" local_rank=$local_rank"
   [[ -n $signal ]] && desc+=" signal=SIG$signal"
   desc+=" delay=${delay_ms}ms"
 
@@ -278,13 +305,25 @@ run_one() {
         running "${pid_of[i]}" || bad "node$i's agent ended after node 0's pause"
       done
     fi
+    if [[ $kind == link-slow ]]; then
+      for i in 1 2 3; do
+        tc -n "$tag-node$i" qdisc add dev eth0 root tbf rate 96kbit burst 16kbit latency 50ms
+        tc -n "$sw" qdisc add dev "v-node$i" root tbf rate 96kbit burst 16kbit latency 50ms
+      done
+      sleep 3
+    fi
     case $kind in
-      worker-* | host-pause)
+      worker-* | host-pause | link-slow)
         local f
         f=$(find "$dir/pids" -name "$run_id.$victim.$local_rank.0.*" | head -n 1)
         read -r victim_pid _ <"$f"
         kill -s "$signal" "$victim_pid" ;;
       link-down) ip -n "$sw" link set "v-node$((victim + 1))" down ;;
+      one-way) tc -n "$tag-node$((victim + 1))" qdisc add dev eth0 root blackhole ;;
+      agent-pause) victim_pid=${pid_of[victim]}
+        kill -STOP "$victim_pid"
+        sleep 5
+        kill -CONT "$victim_pid" ;;
       *) victim_pid=${pid_of[victim]}
         kill -s "$signal" "$victim_pid" ;;
     esac
@@ -323,6 +362,13 @@ run_one() {
   done
   local took=$((SECONDS - start))
   [[ $kind != link-down ]] || ip -n "$sw" link set "v-node$((victim + 1))" up
+  [[ $kind != one-way ]] || tc -n "$tag-node$((victim + 1))" qdisc del dev eth0 root
+  if [[ $kind == link-slow ]]; then
+    for i in 1 2 3; do
+      tc -n "$tag-node$i" qdisc del dev eth0 root 2>/dev/null
+      tc -n "$sw" qdisc del dev "v-node$i" root 2>/dev/null
+    done
+  fi
 
   # ---- exit codes and report lines ----
   out() { cat "$dir/$1.out" 2>/dev/null; }
@@ -340,15 +386,15 @@ run_one() {
   for i in 0 1 2; do [[ $i -eq $victim ]] || others+=("$i"); done
   local store_re="lost the rendezvous store at ${addr//./\\.}:$port"
   local rank=-1
-  if [[ ($kind == worker-* || $kind == host-pause) && -n $victim_pid ]]; then
+  if [[ ($kind == worker-* || $kind == host-pause || $kind == link-slow) && -n $victim_pid ]]; then
     rank=$(sed -n 's/.* RANK=\([0-9]*\) .*PID='"$victim_pid"' .*/\1/p' "$dir"/logs"$victim"/*/attempt_0/*/stdout.log 2>/dev/null | head -n 1)
   fi
   if [[ ${#reasons[@]} -eq 0 ]]; then
     case $kind in
-      worker-restart | host-pause)
+      worker-restart | host-pause | link-slow)
         for i in 0 1 2; do expect_rc "$i" 0; done
-        if [[ $kind == host-pause ]] && out 0 | grep -q " lost: no heartbeat\|lost node"; then
-          bad "a node was judged lost by the keeper's own pause: $(out 0 | grep -m1 " lost: no heartbeat\|lost node")"
+        if [[ $kind != worker-restart ]] && out 0 | grep -q " lost: no heartbeat\|lost node"; then
+          bad "a node was judged lost ($kind): $(out 0 | grep -m1 " lost: no heartbeat\|lost node")"
         fi
         expect_line "$victim" "the victim's failure" "rank $rank \\(pid $victim_pid\\) failed: signal $sig_no"
         survivors=(0 1 2) ;;
@@ -359,7 +405,7 @@ run_one() {
           expect_line "$i" "the victim's exit code and pid" "exitcode  : -$sig_no \\(pid: $victim_pid\\)"
           expect_line "$i" "that no restarts were left" "no restarts left \\(max_restarts=0\\)"
         done ;;
-      agent-kill | agent-term | link-down)
+      agent-kill | agent-term | link-down | one-way | agent-pause)
         if [[ $kind == agent-kill ]]; then
           expect_rc "$victim" 137
         elif [[ $kind == agent-term ]]; then
@@ -369,7 +415,7 @@ run_one() {
           expect_rc "$victim" 1
           expect_line "$victim" "the lost store" "$store_re"
         fi
-        if [[ $kind == link-down && $victim -eq 0 ]]; then
+        if [[ ($kind == link-down || $kind == one-way) && $victim -eq 0 ]]; then
           expect_rc 0 1
           for i in 1 2; do
             expect_rc "$i" 1

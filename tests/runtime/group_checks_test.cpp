@@ -26,6 +26,7 @@ namespace {
 namespace rt = dtrun::runtime;
 
 using dtrun::testing::Check;
+using dtrun::testing::checkForm;
 using dtrun::testing::failingRanks;
 
 }  // namespace
@@ -39,7 +40,7 @@ TEST_CASE("the check worker's group checks pass on tcp and gloo, world sizes 1 t
     for (int world = first; world <= 4; world += all ? 1 : 2) {
       INFO(rt::backendName(backend) << " world " << world << " (FAIL lines above name the check)");
       CHECK(failingRanks(world, [backend](dtrt_check::Reporter& report, const rt::Context& ctx) {
-              return dtrt_check::checkGroup(report, ctx, backend);
+              return dtrt_check::checkGroup(report, ctx, backend, checkForm());
             }) == 0);
     }
   }

@@ -218,7 +218,8 @@ void checkSetups(std::size_t first, std::size_t last) {
       INFO(s.name << " world " << world << " (FAIL lines above name the check)");
       std::atomic<int> mapped{-1};
       CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
-              int code = dtrt_check::checkGroup(report, ctx, rt::Backend::kTcp);
+              int code = dtrt_check::checkGroup(report, ctx, rt::Backend::kTcp,
+                                                dtrun::testing::checkForm());
               const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
               pg->barrier();  // every rank's group is up: count the mappings of this one
               if (ctx.rank == 0) {

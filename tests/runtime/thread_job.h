@@ -10,6 +10,7 @@
 
 #include "dtrun/runtime.h"
 
+#include "support/test_form.h"
 #include "support/test_support.h"
 #include "thread_rank.h"
 #include "worker_runtime/ops_checks.h"
@@ -17,6 +18,11 @@
 namespace dtrun::testing {
 
 using Check = std::function<int(dtrt_check::Reporter&, const runtime::Context&)>;
+
+// The check worker's matrix in this tree's form (support/test_form.h).
+inline dtrt_check::Form checkForm() {
+  return longForm() ? dtrt_check::Form::kLong : dtrt_check::Form::kShort;
+}
 
 // Runs `check` on `world` threads of one in-process store; the number of ranks that failed.
 inline int failingRanks(int world, const Check& check) {

@@ -133,6 +133,7 @@ struct AgentConfig {
   std::string executable;
   std::string entrypointName;  // how logs and the failure report name the program
   std::string dtrunVersion;    // dtrun's --version line, for the run report ("" = not known)
+  std::vector<std::string> commandLine;  // dtrun's own argv, for the run's record (run.json)
   int nprocPerNode = 1;
   std::string role = "default";
   std::string runId;  // never empty: the launcher generates one when the user gave none

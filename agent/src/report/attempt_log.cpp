@@ -4,6 +4,8 @@
 #include <iostream>
 #include <system_error>
 
+#include "log.h"
+
 namespace dtrun::agent::detail {
 namespace {
 
@@ -203,6 +205,11 @@ void AttemptLog::finish(int exitCode, StopReason reason) {
   record_.exitCode = exitCode;
   record_.outcome = jobOutcome(record_, exitCode, reason);
   events_.jobEnded(record_);
+  const std::string report = withHealthChecks(reportJson(record_), healthChecks_);
+  if (!runDir_.empty() && !writeFileAtomically((runDir_ / "report.json").string(), report)) {
+    log::agent().warn("cannot write {}: `dtrun bundle` will lack the run report",
+                      (runDir_ / "report.json").string());
+  }
   if (config_.reportFile.empty() && !config_.verbose) {
     return;
   }
@@ -210,8 +217,7 @@ void AttemptLog::finish(int exitCode, StopReason reason) {
   if (config_.reportFile.empty()) {
     return;
   }
-  if (writeFileAtomically(config_.reportFile,
-                          withHealthChecks(reportJson(record_), healthChecks_))) {
+  if (writeFileAtomically(config_.reportFile, report)) {
     std::cerr << "dtrun: run report in " << config_.reportFile << "\n";
   } else {
     std::cerr << "dtrun: cannot write the run report to " << config_.reportFile << ": "

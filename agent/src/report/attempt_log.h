@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrun/agent_config.h"
@@ -51,8 +52,11 @@ class AttemptLog {
   // health_check event each, and the report's health_checks.
   void healthChecked(const std::vector<CheckResult>& results, int attempt);
 
+  // Where finish() leaves a copy of the report for `dtrun bundle` ("" = nowhere).
+  void setRunDir(std::filesystem::path runDir) { runDir_ = std::move(runDir); }
+
   // The job's end: its outcome from the exit code and the last stop reason; the summary and
-  // --report are written when asked for.
+  // --report are written when asked for, the run directory's report.json always.
   void finish(int exitCode, StopReason reason);
   // This node's report as it would be written if the job ended now with `exitCode`: what a
   // node leaves for the store's host (JSON text).
@@ -71,6 +75,7 @@ class AttemptLog {
   JobRecord record_;
   EventLog events_;  // every record above is also an event line, written as it is made
   std::vector<HealthCheckRecord> healthChecks_;
+  std::filesystem::path runDir_;
 };
 
 }  // namespace dtrun::agent::detail

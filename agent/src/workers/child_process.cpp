@@ -298,6 +298,7 @@ Result<ChildProcess> ChildProcess::start(const SpawnRequest& request) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     setOwned(pid, false);
+    releaseGroup(pid);  // gone: the guardian must not count it as left behind at the agent's end
     return Status::system("pidfd_open", err);
   }
   return ChildProcess(pid, std::move(pidfd), std::move(errorRead), request.path,

@@ -7,6 +7,7 @@
 
 #include "dtrun/placement.h"
 
+#include "text.h"
 #include "workers/worker_guardian.h"
 
 namespace dtrun::agent::detail {
@@ -159,6 +160,14 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
                  userSetOrder, put);
   }
   return env;
+}
+
+std::string environmentRecord(const AgentConfig& config, const WorkerPlacement& placement) {
+  std::string record;
+  for (const std::string& entry : workerEnvironment({}, config, placement)) {
+    record += text::redactSecrets(entry) + "\n";
+  }
+  return record;
 }
 
 std::vector<std::string> substituteLocalRank(const std::vector<std::string>& args, int localRank) {

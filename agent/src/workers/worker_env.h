@@ -35,6 +35,10 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
                                            const AgentConfig& config,
                                            const WorkerPlacement& placement);
 
+// What dtrun set in a worker's environment (not what it inherited), one "NAME=value" a line, its
+// secrets redacted: the rank's record (<rank dir>/environment) that `dtrun bundle` packs.
+std::string environmentRecord(const AgentConfig& config, const WorkerPlacement& placement);
+
 // Replaces every "${local_rank}" in `args`.
 std::vector<std::string> substituteLocalRank(const std::vector<std::string>& args, int localRank);
 

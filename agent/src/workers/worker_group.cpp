@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <fstream>
 #include <system_error>
 
 #include <fcntl.h>
@@ -112,7 +113,9 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
                           (w.dir / "progress").string(), w.rank);
       }
     }
-    result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe);
+    result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe)
+                        .withContext("cannot start rank " + std::to_string(w.rank) +
+                                     " (local rank " + std::to_string(w.localRank) + ")");
     if (result.status.isOk() && anyStartedWorkerFailed()) {
       break;
     }
@@ -189,6 +192,10 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   request.stderrFd = err.second.get();
   DTRUN_ASSIGN_OR_RETURN(auto child, ChildProcess::start(request));
   w.child.emplace(std::move(child));
+  if (!w.dir.empty()) {  // after the start: the record never delays a worker
+    std::ofstream record(w.dir / "environment", std::ios::trunc);
+    record << environmentRecord(config_, env);
+  }
   return Status::ok();
 }
 

@@ -23,6 +23,9 @@ struct SshPlan;
 std::function<int()> addStoreCommand(CLI::App& app);
 // `dtrun report FILE --html OUT`; the function runs it once parsed (else returns -1).
 std::function<int()> addReportCommand(CLI::App& app);
+// `dtrun bundle RUN_DIR [--output FILE]`: one archive of a run for a person or a bug report,
+// which names `versionLine` (--version's) as what packed it.
+std::function<int()> addBundleCommand(CLI::App& app, std::string_view versionLine);
 
 // `dtrun [options] <entrypoint> [args...]`, step by step: plan(), then prepareProcess(), then
 // printDryRun() or runAgent(). Lives in main, next to the app it registers on.
@@ -54,7 +57,8 @@ class LaunchCommand {
   int printDryRun() const;
   // Logs the launch banner and runs the agent, which puts `versionLine` (--version's) in its
   // run report; returns dtrun's exit code.
-  int runAgent(std::string_view versionLine) const;
+  // `commandLine` (dtrun's argv) goes into the run's record, run.json, secrets redacted.
+  int runAgent(std::string_view versionLine, std::vector<std::string> commandLine) const;
 
  private:
   CLI::App& app_;
