@@ -35,8 +35,8 @@ std::string_view errcName(Errc code) {
   return "unknown error";
 }
 
-Status Status::system(std::string_view what, int err) {
-  std::string message = std::string(what) + ": " + std::system_category().message(err);
+std::string systemErrorText(int err) {
+  std::string message = std::system_category().message(err);
   // Out of file descriptors: what the limit is and how to raise it, wherever it struck.
   if (err == EMFILE) {
     rlimit limit{};
@@ -50,7 +50,11 @@ Status Status::system(std::string_view what, int err) {
   } else if (err == ENFILE) {
     message += " (the system's open files are at their limit: raise fs.file-max)";
   }
-  return {Errc::kSystem, std::move(message)};
+  return message;
+}
+
+Status Status::system(std::string_view what, int err) {
+  return {Errc::kSystem, std::string(what) + ": " + systemErrorText(err)};
 }
 
 std::string Status::toString() const {

@@ -3,8 +3,8 @@
 #   health   the default health check refuses a node whose workers may open fewer than 1024
 #            files, naming the limit and where to raise it (exit 1);
 #   spawn    with that check off (--health_min_open_files=0), limits from 20 to 56 files: dtrun
-#            starts the job or refuses it in one line naming the rank it could not start, the
-#            limit and `ulimit -n`; never a crash (exit 1, not 128+), never "the agent died",
+#            starts the job or refuses it in one line naming what failed (the store, a health
+#            check, the rank it could not start), the limit and `ulimit -n`; never a crash (exit 1, not 128+), never "the agent died",
 #            no process of the job left;
 #   store    the store's host (64 files) flooded with 120 idle connections for 3 s while a 2-node
 #            job runs: it says once that it cannot accept (naming ulimit -n), spends under 0.5 s
@@ -40,8 +40,8 @@ for n in 20 26 32 38 44 50 56; do
   errs=$(grep -c '^dtrun: ' <<<"$out")
   if [[ $rc != 1 || $errs != 1 || $out != *"Too many open files (this process may open $n files, RLIMIT_NOFILE: raise it with ulimit -n"* ]]; then
     note_fail "spawn at $n files: want exit 1 and one line naming the limit, got $rc: $(grep '^dtrun: ' <<<"$out")"
-  elif [[ $out != *"cannot start the store"* && $out != *"cannot start rank "* ]]; then
-    note_fail "spawn at $n files: the line names neither the store nor the rank: $(grep '^dtrun: ' <<<"$out")"
+  elif [[ $out != *"cannot start the store"* && $out != *"cannot start rank "* && $out != *"dtrun: health check "*" failed on "* ]]; then
+    note_fail "spawn at $n files: the line names neither the store, nor the rank, nor a health check: $(grep '^dtrun: ' <<<"$out")"
   fi
   refused=$((refused + 1))
 done

@@ -39,7 +39,7 @@ using Outcome = CheckResult::Outcome;
 
 namespace {
 
-std::string errnoText(int err) { return std::system_category().message(err); }
+std::string errnoText(int err) { return systemErrorText(err); }
 
 std::string sizeText(std::uint64_t bytes) {
   std::array<char, 32> buffer{};

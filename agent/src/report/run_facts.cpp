@@ -84,7 +84,8 @@ std::string runFactsJson(const AgentConfig& config, const std::string& host) {
         {{"local_rank", i}, {"cpus", p.cpus}, {"mem_nodes", p.memNodes}, {"gpus", p.gpus}});
   }
   facts["placement"] = placement;
-  return facts.dump(2) + "\n";
+  // An argument need not be UTF-8 (a Latin-1 file name): replaced, never a throw.
+  return facts.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void writeRunFacts(const fs::path& runDir, const AgentConfig& config, const std::string& host) {

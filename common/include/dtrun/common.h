@@ -28,6 +28,10 @@ enum class Errc : std::uint8_t {
 
 std::string_view errcName(Errc code);
 
+// errno's text, and where it is a limit that was reached (out of file descriptors), which limit and
+// how to raise it: what dtrun's errors say after the failed call.
+std::string systemErrorText(int err);
+
 // Outcome of an operation that can fail in an expected way. The message names the operation, the
 // peer and how far it got, e.g. "connect(10.1.2.3:29500): Connection refused (12 attempts
 // over 30.0s)".
@@ -42,7 +46,7 @@ class [[nodiscard]] Status {
   static Status invalidArgument(std::string message) {
     return {Errc::kInvalidArgument, std::move(message)};
   }
-  // `what` names the call and its target; errno's text is appended.
+  // `what` names the call and its target; systemErrorText(err) is appended.
   static Status system(std::string_view what, int err);
 
   [[nodiscard]] bool isOk() const { return code_ == Errc::kOk; }
