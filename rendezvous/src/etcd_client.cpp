@@ -144,13 +144,14 @@ class GatewayClient final : public EtcdClient {
     return id;
   }
 
-  Status keepAlive(std::int64_t lease) override {
+  Status keepAlive(std::int64_t lease, milliseconds wait) override {
     // A stream in gRPC: one request, the first reply is the answer.
     json answer;
     DTRUN_TRY(withFreshToken([&] {
       answer = json();
       return streamCall("/v3/lease/keepalive", {{"ID", std::to_string(lease)}},
-                        Clock::now() + options_.timeout, nullptr, [&](const json& message) {
+                        Clock::now() + std::min(wait, options_.timeout), nullptr,
+                        [&](const json& message) {
                           answer = message;
                           return true;
                         });
@@ -187,6 +188,8 @@ class GatewayClient final : public EtcdClient {
     }));
     return events;
   }
+
+  [[nodiscard]] milliseconds requestTimeout() const override { return options_.timeout; }
 
   [[nodiscard]] std::string endpoints() const override {
     std::string text;
@@ -286,7 +289,10 @@ class GatewayClient final : public EtcdClient {
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t at = (first + i) % n;
         const auto& endpoint = options_.endpoints[at];
-        auto reply = http_->post(endpoint, path, body, auth, deadline);
+        // One member may hold a request without refusing it (frozen, cut off): it gets a part
+        // of the time, so that the others are asked before the whole request times out.
+        const auto tryUntil = std::min(deadline, Clock::now() + perTryWait());
+        auto reply = http_->post(endpoint, path, body, auth, tryUntil);
         if (reply.isOk() && reply.value().status == kNotFound && servedEtcd_[at].load()) {
           // It served etcd's API before: an etcd resuming (after a pause, before its gRPC side
           // is back) answers 404 for a moment. Waited for, as any member that cannot serve now.
@@ -335,6 +341,12 @@ class GatewayClient final : public EtcdClient {
       }
       std::this_thread::sleep_for(turnPause(turn));
     }
+  }
+
+  // How long one member may hold one try of a request: a quarter of the request's time, at least
+  // 6 s (etcd itself answers "request timed out" after 5 s when a leader is lost).
+  [[nodiscard]] milliseconds perTryWait() const {
+    return std::max<milliseconds>(milliseconds(6000), options_.timeout / 4);
   }
 
   // Said once per request, within a second of its first failed turn: nobody waits in silence.

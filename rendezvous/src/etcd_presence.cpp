@@ -72,33 +72,50 @@ class EtcdAgentPresence final : public EtcdPresence {
   }
 
  private:
-  // Renews the lease three times per TTL; a renewal that fails is retried until the lease is
-  // really gone (etcd says so, or a whole TTL passed without one that worked).
+  // Renews the lease three times per TTL, each renewal waiting a third of it at most (then the
+  // next asks another member: one frozen or cut off holds a request); a renewal that fails is
+  // retried at once, until the lease is really gone (etcd says so) or etcd is (no member
+  // answered for the request timeout: while etcd is away it expires no lease, and a restarted
+  // etcd renews them all).
   void keepAliveLoop() {
     const auto every = std::chrono::duration_cast<milliseconds>(ttl_) / 3;
+    const auto giveUp = std::max<milliseconds>(ttl_, client_->requestTimeout());
     auto lastRenewed = std::chrono::steady_clock::now();
+    auto next = every;
+    bool warned = false;  // once per spell of failed renewals
     std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, every, [this] { return stopping_; })) {
+    while (!wake_.wait_for(lock, next, [this] { return stopping_; })) {
       lock.unlock();
-      const Status s = client_->keepAlive(lease_);
+      const Status s = client_->keepAlive(lease_, every);
       const auto now = std::chrono::steady_clock::now();
       lock.lock();
+      next = s.isOk() ? every : milliseconds(0);
       if (s.isOk()) {
         lastRenewed = now;
+        warned = false;
         continue;
       }
-      if (s.code() == Errc::kNotFound || now - lastRenewed > ttl_) {
+      if (s.code() == Errc::kNotFound || now - lastRenewed > giveUp) {
         stopping_ = true;
         stopFlag_ = true;
         lock.unlock();
         log::rdzv().error("job '{}': this agent's etcd lease is gone: {}", jobId_, s.message());
         if (onLeaseLost_) {
-          onLeaseLost_(Status::connection("this agent's etcd lease expired (no keep-alive for " +
-                                          std::to_string(ttl_.count()) + " s): " + s.message()));
+          onLeaseLost_(Status::connection(
+              s.code() == Errc::kNotFound
+                  ? "this agent's etcd lease expired: " + s.message()
+                  : "no etcd member renewed this agent's lease for " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::seconds>(giveUp).count()) +
+                        " s: " + s.message()));
         }
         return;
       }
-      log::rdzv().warn("job '{}': renewing the etcd lease: {}", jobId_, s.message());
+      if (!warned) {
+        warned = true;
+        log::rdzv().warn("job '{}': renewing the etcd lease: {} (asking the next member)", jobId_,
+                         s.message());
+      }
     }
   }
 

@@ -5,6 +5,12 @@
 #   three    3 agents form a job: unmodified torch 1.13 gloo ranks bootstrap through node 0's
 #            workers' store (MASTER_ADDR/MASTER_PORT from the round); every worker's environment
 #   member   kill -9 of one etcd member while the job runs: nothing restarts
+#   leader   (a fresh cluster) kill -9 of etcd's leader in the middle of a round (two agents
+#            joined, the third not yet): the round closes under the next leader, nothing restarts
+#   frozen   then, the killed member back, one member frozen (SIGSTOP) for 3 s, cut off from
+#            clients and peers alike, while the job runs; and node 2's only etcd endpoint frozen
+#            for 1 s (etcd unreachable from one node): it waits for etcd, keeps its lease, and
+#            nothing restarts
 #   keeper   kill -9 of the agent that runs the keeper and serves the workers' store, in a
 #            --nnodes=2:3 job with --max_restarts=1: the two survivors re-rendezvous with a new
 #            keeper and a new workers' store host, and finish; the report says what happened
@@ -109,6 +115,79 @@ else
   note_fail "member: the job never started"
 fi
 no_keys_left member member
+etcd_cluster_stop
+
+# --- leader: kill -9 of etcd's leader in the middle of a round --------------------------------
+etcd_cluster_start 3
+ENDPOINTS=$ETCD_ENDPOINTS
+etcd_leader() {  # the index of the member that leads now (its position in ETCD_ENDPOINTS)
+  etcdctl3 endpoint status -w json 2>/dev/null | "$PYTHON" -c '
+import json, sys
+for i, e in enumerate(json.load(sys.stdin)):
+    if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
+        print(i)'
+}
+marker=$work/leader.go
+for i in 0 1; do
+  start "leader_$i" $(common leader 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+done
+leader=$(etcd_leader || true)
+if [[ -n $leader ]] && wait_for "$work/leader_1.out" "rendezvous of job 'leader'" &&
+  wait_for "$work/leader_0.out" "rendezvous of job 'leader'"; then
+  etcd_kill_member "$leader"
+  start leader_2 $(common leader 3) --local_addr=127.0.0.3 --nproc_per_node=1 "$WORKER" wait "$marker"
+  if wait_until 40 bash -c "[[ \$(cat $work/logs/leader_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+    pass "leader: the round closed under the next leader (member $leader killed while 2 of 3 agents waited in it)"
+  else
+    note_fail "leader: the round did not close within 40 s of killing etcd's leader (member $leader)"
+  fi
+  # frozen: the killed member back; another frozen past the lease TTL while the job runs.
+  etcd_restart_member "$leader"
+  wait_until 20 etcdctl3 endpoint health --cluster >/dev/null 2>&1 ||
+    note_fail "frozen: the restarted member $leader did not rejoin within 20 s"
+  frozen=$(((leader + 1) % 3))
+  kill -STOP "${ETCD_PIDS[$frozen]}"
+  sleep 3
+  kill -CONT "${ETCD_PIDS[$frozen]}"
+  touch "$marker"
+  ok=0
+  for i in 0 1 2; do expect_rc "leader_$i" 0 || ok=1; done
+  restarts=$(find "$work/logs" -path '*leader_*' -name 'attempt_1*' | wc -l)
+  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
+    pass "frozen: etcd member $frozen frozen for 3 s while the job ran: nothing restarted" ||
+    note_fail "frozen: agents failed or restarted ($restarts attempt_1 directories)"
+else
+  note_fail "leader: no leader found ('$leader') or the first two agents never joined"
+fi
+no_keys_left leader leader
+
+# frozen, from one node: node 2 talks to one member only, frozen for 1 s (half the lease TTL).
+marker=$work/onenode.go
+IFS=, read -r -a members <<<"$ENDPOINTS"
+for i in 0 1 2; do
+  endpoint=$ENDPOINTS
+  ((i != 2)) || endpoint=${members[2]}
+  start "onenode_$i" --rdzv_backend=etcd --rdzv_endpoint="$endpoint" --rdzv_id=onenode --nnodes=3 \
+    --rdzv_conf="$FAST" --no_python --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \
+    "$WORKER" wait "$marker"
+done
+if wait_until 30 bash -c "[[ \$(cat $work/logs/onenode_*/*/attempt_0/*/stdout.log 2>/dev/null | grep -c '^ENV') -ge 3 ]]"; then
+  kill -STOP "${ETCD_PIDS[2]}"
+  sleep 1
+  kill -CONT "${ETCD_PIDS[2]}"
+  sleep 1
+  touch "$marker"
+  ok=0
+  for i in 0 1 2; do expect_rc "onenode_$i" 0 || ok=1; done
+  restarts=$(find "$work/logs" -path '*onenode_*' -name 'attempt_1*' | wc -l)
+  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
+    pass "frozen: node 2's only etcd member frozen for 1 s: it waited, nothing restarted" ||
+    note_fail "frozen (one node): agents failed or restarted ($restarts attempt_1 directories)"
+else
+  note_fail "frozen (one node): the job never started"
+fi
+no_keys_left onenode onenode
 etcd_cluster_stop
 etcd_cluster_start 3
 ENDPOINTS=$ETCD_ENDPOINTS

@@ -379,7 +379,7 @@ run_one() {
     bad "node$node exited ${rcs[node]}, expected $*"
   }
   expect_line() {  # <node> <what> <extended regex>
-    out "$1" | grep -Eq -- "$3" || bad "node$1 did not print $2 (/$3/)"
+    grep -Eq -- "$3" "$dir/$1.out" || bad "node$1 did not print $2 (/$3/)"
   }
   local sig_no=0 others=() survivors=()
   [[ -z $signal ]] || sig_no=$(signal_number "$signal")
@@ -393,7 +393,7 @@ run_one() {
     case $kind in
       worker-restart | host-pause | link-slow)
         for i in 0 1 2; do expect_rc "$i" 0; done
-        if [[ $kind != worker-restart ]] && out 0 | grep -q " lost: no heartbeat\|lost node"; then
+        if [[ $kind != worker-restart ]] && grep -q " lost: no heartbeat\|lost node" "$dir/0.out"; then
           bad "a node was judged lost ($kind): $(out 0 | grep -m1 " lost: no heartbeat\|lost node")"
         fi
         expect_line "$victim" "the victim's failure" "rank $rank \\(pid $victim_pid\\) failed: signal $sig_no"
@@ -531,7 +531,7 @@ run_one() {
   fi
   if [[ ${#survivors[@]} -gt 0 && ${#reasons[@]} -eq 0 ]]; then
     for i in "${survivors[@]}"; do
-      out "$i" | grep -q "all .* worker(s) succeeded\|this node's .* worker(s) succeeded" ||
+      grep -q "all .* worker(s) succeeded\|this node's .* worker(s) succeeded" "$dir/$i.out" ||
         bad "node$i did not report its workers' success"
     done
   fi

@@ -87,7 +87,7 @@ for node in 0 1; do
   check "$work/node$node.json" '0 <= (t := r["attempts"][0]["timeline"])["rendezvous_joined"] <= t["round_closed"] <= t["workers_spawned"]' "nodes: node $node's timeline has its rendezvous"
 done
 # Whichever node found it, the job's hang names rank 3 (node 1) as the suspect and rank 0 waiting.
-grep -h "dtrun: hang: " "$work/node0.out" "$work/node1.out" | grep -q "rank 3 on .* is in all_reduce #6 (group sub0)" ||
+grep -h "dtrun: hang: " "$work/node0.out" "$work/node1.out" | grep "rank 3 on .* is in all_reduce #6 (group sub0)" >/dev/null ||
   { grep -h "hang" "$work/node0.out" "$work/node1.out" >&2; die "nodes: no diagnosis names rank 3 in all_reduce #6 (group sub0)"; }
 grep -q stuckInAllReduce "$work/logs/node1/nodes/attempt_0/hang.txt" || die "nodes: node 1's hang.txt lacks stuckInAllReduce"
 grep -q "rank 0 (local rank 0" "$work/logs/node0/nodes/attempt_0/hang.txt" || die "nodes: node 0 did not dump its own stacks"

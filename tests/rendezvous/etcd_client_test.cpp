@@ -240,10 +240,10 @@ TEST_CASE("etcd client: keys of a lease vanish when it is revoked or expires",
   CHECK(revoked != 0);
   REQUIRE(client->put("/alive/a", "1", revoked).isOk());
   CHECK(client->get("/alive/a").value()->lease == revoked);
-  CHECK(client->keepAlive(revoked).isOk());
+  CHECK(client->keepAlive(revoked, std::chrono::seconds(5)).isOk());
   REQUIRE(client->revokeLease(revoked).isOk());
   CHECK_FALSE(client->get("/alive/a").value().has_value());
-  CHECK(client->keepAlive(revoked).code() == Errc::kNotFound);
+  CHECK(client->keepAlive(revoked, std::chrono::seconds(5)).code() == Errc::kNotFound);
 
   // Not kept alive: gone after its TTL (etcd checks expiry every 500 ms).
   const auto expiring = client->grantLease(1s).value();
@@ -252,7 +252,7 @@ TEST_CASE("etcd client: keys of a lease vanish when it is revoked or expires",
   CHECK(
       dtrun::testing::waitUntil([&] { return !client->get("/alive/b").value().has_value(); }, 10s));
   CHECK(std::chrono::steady_clock::now() - start >= 500ms);
-  const auto late = client->keepAlive(expiring);
+  const auto late = client->keepAlive(expiring, std::chrono::seconds(5));
   CHECK(late.code() == Errc::kNotFound);
   CHECK_THAT(late.message(), Catch::Contains("expired"));
 
@@ -261,7 +261,7 @@ TEST_CASE("etcd client: keys of a lease vanish when it is revoked or expires",
   REQUIRE(client->put("/alive/c", "1", kept).isOk());
   for (int i = 0; i < 6; ++i) {
     std::this_thread::sleep_for(400ms);
-    REQUIRE(client->keepAlive(kept).isOk());
+    REQUIRE(client->keepAlive(kept, std::chrono::seconds(5)).isOk());
   }
   CHECK(client->get("/alive/c").value().has_value());
 }
@@ -388,7 +388,7 @@ TEST_CASE("etcd client: requests go on when a member of a 3-member cluster is ki
   CHECK(client->getPrefix("/f/").value().count == 22);
   const auto lease = client->grantLease(10s);
   REQUIRE(lease.isOk());
-  CHECK(client->keepAlive(lease.value()).isOk());
+  CHECK(client->keepAlive(lease.value(), std::chrono::seconds(5)).isOk());
 }
 
 TEST_CASE(
@@ -471,7 +471,7 @@ TEST_CASE("etcd client: user/password auth; a wrong password is one line and kDe
     CHECK(client->get("/auth/k").value()->value == "v");
     CHECK(client->watch("/auth/k", false, 1, 5s).value().size() == 1);
     const auto lease = client->grantLease(5s).value();
-    CHECK(client->keepAlive(lease).isOk());
+    CHECK(client->keepAlive(lease, std::chrono::seconds(5)).isOk());
   }
 
   SECTION("a token etcd forgot is renewed, for watches and keep-alives too") {
@@ -485,7 +485,7 @@ TEST_CASE("etcd client: user/password auth; a wrong password is one line and kDe
     INFO(events.status().toString());
     CHECK(events.isOk());
     std::this_thread::sleep_for(2500ms);
-    const auto kept = client->keepAlive(lease);
+    const auto kept = client->keepAlive(lease, std::chrono::seconds(5));
     INFO(kept.toString());
     CHECK(kept.isOk());
     std::this_thread::sleep_for(2500ms);

@@ -51,11 +51,11 @@ class BundleBuilder {
     std::error_code ec;
     const std::uintmax_t size = fs::file_size(path, ec);
     if (ec) {
-      manifest_ += "  " + name + ": not readable (" + ec.message() + ")\n";
+      note(name + ": not readable (" + ec.message() + ")");
       return;
     }
     if (tailBytes == 0 && size > kWholeFileLimit) {
-      manifest_ += "  " + name + ": left out, " + std::to_string(size) + " bytes\n";
+      note(name + ": left out, " + std::to_string(size) + " bytes");
       return;
     }
     std::ifstream in(path, std::ios::binary);
@@ -75,8 +75,8 @@ class BundleBuilder {
     add(name, text::redactSecrets(content), note);
   }
 
-  void add(const std::string& name, std::string content, const std::string& note) {
-    manifest_ += "  " + name + ": " + note + "\n";
+  void add(const std::string& name, std::string content, const std::string& what) {
+    note(name + ": " + what);
     files_.push_back({top_ + "/" + name, std::move(content)});
   }
 

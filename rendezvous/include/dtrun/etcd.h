@@ -116,8 +116,10 @@ class EtcdClient {
 
   // A lease of `ttl`; keys put with it vanish when it is revoked or not kept alive.
   virtual Result<std::int64_t> grantLease(std::chrono::seconds ttl) = 0;
-  // One keep-alive; kNotFound when the lease has expired already.
-  virtual Status keepAlive(std::int64_t lease) = 0;
+  // One keep-alive, waiting at most `wait` for the answer (a fraction of the lease's TTL: a member
+  // that is frozen or cut off holds a request, it does not refuse it; the next keep-alive then
+  // asks another member first); kNotFound when the lease has expired already.
+  virtual Status keepAlive(std::int64_t lease, std::chrono::milliseconds wait) = 0;
   virtual Status revokeLease(std::int64_t lease) = 0;
 
   // Waits (a watch, never a poll) for the first events on `key` (or every key under it when
@@ -130,6 +132,8 @@ class EtcdClient {
 
   // The endpoint(s) this client talks to, for messages: "127.0.0.1:2379,127.0.0.1:2479".
   [[nodiscard]] virtual std::string endpoints() const = 0;
+  // How long a request waits for etcd before it fails (--rdzv_conf read_timeout).
+  [[nodiscard]] virtual std::chrono::milliseconds requestTimeout() const = 0;
 };
 
 // A store whose writes hold only while its owner leads: each write goes in a transaction that
