@@ -7,7 +7,7 @@
 #            check, the rank it could not start), the limit and `ulimit -n`; never a crash (exit 1, not 128+), never "the agent died",
 #            no process of the job left;
 #   store    the store's host (64 files) flooded with 120 idle connections for 3 s while a 2-node
-#            job runs: it says once that it cannot accept (naming ulimit -n), spends under 0.5 s
+#            job runs: it says once per spell that it cannot accept (naming ulimit -n), spends under 0.5 s
 #            of CPU on the spell (no busy loop), accepts again when the flood ends, and the job
 #            finishes on both nodes.
 #   bash tests/integration/open_files_test.sh /abs/path/to/build/launcher/dtrun
@@ -23,9 +23,13 @@ rc=$?
 [[ $rc == 1 && $out == *"health check open_files failed on "*"a worker may open 200 files (RLIMIT_NOFILE), below the 1024 needed (--health_min_open_files)"* ]] ||
   note_fail "health: want exit 1 naming the 200-file limit, got $rc: $(tail -n 2 <<<"$out")"
 
-# spawn: one line or a job, whatever the limit.
+# spawn: one line or a job, whatever the limit. Not in a sanitizer tree: the sanitizers' own
+# memory probe opens a pipe, so out of descriptors UBSan reports valid objects as bad (seen:
+# "object has invalid vptr ... memory cannot be printed" at 20 files).
 refused=0 ran=0
-for n in 20 26 32 38 44 50 56; do
+limits=(20 26 32 38 44 50 56)
+((SANITIZED == 0)) || { limits=(); pass "spawn: not run in a sanitizer tree (the sanitizers need descriptors of their own)"; }
+for n in "${limits[@]}"; do
   mark=nofile-$$-$n
   out=$(DTRUN_NOFILE_MARK=$mark timeout -k 5 "$LIMIT" prlimit --nofile="$n" "$DTRUN" \
     --health_min_open_files=0 --nproc_per_node=4 --no_python /bin/true 2>&1)
@@ -45,8 +49,10 @@ for n in 20 26 32 38 44 50 56; do
   fi
   refused=$((refused + 1))
 done
-((refused > 0)) || note_fail "spawn: no limit from 20 to 56 files was too low: the scenario tests nothing"
-pass "spawn: $refused limit(s) refused in one line naming the limit, $ran ran"
+if ((${#limits[@]} > 0)); then
+  ((refused > 0)) || note_fail "spawn: no limit from 20 to 56 files was too low: the scenario tests nothing"
+  pass "spawn: $refused limit(s) refused in one line naming the limit, $ran ran"
+fi
 
 # store: the store's host out of descriptors while a job runs.
 port=$(free_port)
@@ -95,9 +101,12 @@ for n in 0 1; do
   wait_agent "${node_pids[$n]}" "$until"
   [[ $rc == 0 ]] || note_fail "store: node $n exited $rc: $(tail -n 3 "$work/node$n.out")"
 done
+# One line per spell, not per retry (30 in 3 s): the flood's end may start a second spell, as the
+# store accepts the connections queued meanwhile.
 spells=$(grep -c "store: cannot accept connections: Too many open files; retrying every 100 ms (this process's open files are at their limit: raise it with ulimit -n)" "$work/node0.out")
-[[ $spells == 1 ]] || note_fail "store: want one line saying it cannot accept, got $spells: $(grep -m3 'cannot accept' "$work/node0.out")"
-grep -q "store: accepting connections again" "$work/node0.out" ||
-  note_fail "store: no line saying it accepts connections again"
-((fail_count > 0)) || pass "store: out of descriptors for 3 s, said so once, $(((after - before) * 1000 / ticks)) ms of CPU, the job finished"
+((spells >= 1 && spells <= 3)) ||
+  note_fail "store: want a line per spell saying it cannot accept (1 to 3), got $spells: $(grep -m3 'cannot accept' "$work/node0.out")"
+[[ $(grep -E "store: (cannot accept|accepting connections again)" "$work/node0.out" | tail -n 1) == *"accepting connections again"* ]] ||
+  note_fail "store: its last word on accepting is not that it accepts again"
+((fail_count > 0)) || pass "store: out of descriptors for 3 s, said so once per spell ($spells), $(((after - before) * 1000 / ticks)) ms of CPU, the job finished"
 end_test

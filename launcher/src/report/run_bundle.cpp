@@ -16,9 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Whole files larger than this (a runaway stack dump) are left out, and said so.
-constexpr std::uintmax_t kWholeFileLimit = 16 * 1024 * 1024;
+constexpr std::uintmax_t kWholeFileLimit = std::uintmax_t{16} * 1024 * 1024;
 // The event log's end: a long job's log is mostly its early rounds.
-constexpr std::size_t kEventLogTailBytes = 1024 * 1024;
+constexpr std::size_t kEventLogTailBytes = std::size_t{1024} * 1024;
 
 const std::set<std::string> kLogFiles = {"stdout.log", "stderr.log", "filtered_stdout.log",
                                          "filtered_stderr.log"};
@@ -84,29 +84,35 @@ class BundleBuilder {
 
   // One attempt_N/ directory: its own files and every rank's.
   void addAttempt(const fs::path& dir) {
-    const std::string attempt = dir.filename().string();
     for (const fs::path& entry : sortedEntries(dir)) {
       const std::string name = entry.filename().string();
+      const std::string path = inBundle(entry);
       std::error_code ec;
       if (fs::is_directory(entry, ec)) {
-        addRank(entry, attempt + "/" + name);
+        addRank(entry);
       } else if (kAttemptFiles.contains(name)) {
-        addFile(entry, attempt + "/" + name, kLogFiles.contains(name) ? kBundleLogTailBytes : 0);
+        addFile(entry, path, kLogFiles.contains(name) ? kBundleLogTailBytes : 0);
       } else {
-        note(attempt + "/" + name + ": not packed");
+        note(path + ": not packed");
       }
     }
   }
 
-  void addRank(const fs::path& dir, const std::string& prefix) {
+  void addRank(const fs::path& dir) {
     for (const fs::path& entry : sortedEntries(dir)) {
       const std::string name = entry.filename().string();
+      const std::string path = inBundle(entry);
       if (kRankFiles.contains(name)) {
-        addFile(entry, prefix + "/" + name, kLogFiles.contains(name) ? kBundleLogTailBytes : 0);
+        addFile(entry, path, kLogFiles.contains(name) ? kBundleLogTailBytes : 0);
       } else {
-        note(prefix + "/" + name + ": not packed");
+        note(path + ": not packed");
       }
     }
+  }
+
+  // A file's name in the bundle: its path below the run directory.
+  [[nodiscard]] std::string inBundle(const fs::path& file) const {
+    return file.lexically_relative(runDir_).generic_string();
   }
 
   // report.json as its HTML page too; the event log --event_log wrote, found through run.json.
@@ -165,17 +171,17 @@ Result<std::vector<ArchiveFile>> collectRunBundle(const fs::path& runDir,
     return Status::invalidArgument(runDir.string() +
                                    " is not a directory: give a run's <log_dir>/<run_id>");
   }
-  const std::vector<fs::path> entries = sortedEntries(runDir);
-  const bool isRun = fs::exists(runDir / "run.json", ec) ||
-                     std::any_of(entries.begin(), entries.end(), isAttemptDir);
+  fs::path dir = fs::absolute(runDir, ec).lexically_normal();
+  if (dir.filename().empty()) {  // "run/": its name is the parent's
+    dir = dir.parent_path();
+  }
+  const std::vector<fs::path> entries = sortedEntries(dir);
+  const bool isRun =
+      fs::exists(dir / "run.json", ec) || std::any_of(entries.begin(), entries.end(), isAttemptDir);
   if (!isRun) {
     return Status::invalidArgument(runDir.string() +
                                    " holds no dtrun run (no run.json, no attempt_N/): give "
                                    "<log_dir>/<run_id>, the directory dtrun's banner names");
-  }
-  fs::path dir = fs::absolute(runDir, ec).lexically_normal();
-  if (dir.filename().empty()) {  // "run/": its name is the parent's
-    dir = dir.parent_path();
   }
   BundleBuilder bundle(dir, packedBy);
   for (const fs::path& entry : entries) {

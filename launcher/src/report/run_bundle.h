@@ -18,7 +18,7 @@
 namespace dtrun::launcher {
 
 // The most of a log's end that a bundle keeps, per file.
-inline constexpr std::size_t kBundleLogTailBytes = 256 * 1024;
+inline constexpr std::size_t kBundleLogTailBytes = std::size_t{256} * 1024;
 
 // The archive's files, all under "dtrun-bundle-<run dir's name>/"; kInvalidArgument with one line
 // when `runDir` is no run directory (no run.json and no attempt_N/).

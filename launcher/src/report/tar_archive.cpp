@@ -15,7 +15,8 @@ constexpr std::size_t kPrefixField = 155;
 void putOctal(std::string& header, std::size_t offset, std::size_t width,
               unsigned long long value) {
   std::array<char, 24> digits{};
-  std::snprintf(digits.data(), digits.size(), "%0*llo", static_cast<int>(width - 1), value);
+  static_cast<void>(
+      std::snprintf(digits.data(), digits.size(), "%0*llo", static_cast<int>(width - 1), value));
   header.replace(offset, width - 1, digits.data(), width - 1);
 }
 
