@@ -48,6 +48,18 @@ wait_until() {  # <seconds> <command...>: true once the command succeeds
 since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }  # <from> <to>, seconds
 etcdctl3() { ETCDCTL_API=3 etcdctl --endpoints="$ETCD_ENDPOINTS" "${ETCD_CTL_AUTH[@]}" "$@"; }
 ETCD_CTL_AUTH=()
+# finished_without_restart <agent name prefix> <what passed> <what failed>: agents <prefix>_0..2
+# all exit 0 and none ran a second attempt.
+finished_without_restart() {
+  local ok=0 i restarts
+  for i in 0 1 2; do expect_rc "$1_$i" 0 || ok=1; done
+  restarts=$(find "$work/logs" -path "*$1_*" -name 'attempt_1*' | wc -l)
+  if [[ $ok -eq 0 && $restarts -eq 0 ]]; then
+    pass "$2"
+  else
+    note_fail "$3: agents failed or restarted ($restarts attempt_1 directories)"
+  fi
+}
 no_keys_left() {  # <scenario> <job id>
   local keys
   keys=$(etcdctl3 get --prefix "/dtrun/$2/" --keys-only 2>&1 | grep -c . || true)
@@ -105,12 +117,7 @@ if wait_until 30 bash -c "[[ \$(cat $work/logs/member_*/*/attempt_0/*/stdout.log
   etcd_kill_member 2
   sleep 3  # longer than the lease TTL: a member's loss must not cost any agent its lease
   touch "$marker"
-  ok=0
-  for i in 0 1 2; do expect_rc "member_$i" 0 || ok=1; done
-  restarts=$(find "$work/logs" -path '*member_*' -name 'attempt_1*' | wc -l)
-  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
-    pass "member: kill -9 of one of 3 etcd members while the job ran: nothing restarted" ||
-    note_fail "member: agents failed or restarted ($restarts attempt_1 directories)"
+  finished_without_restart member "member: kill -9 of one of 3 etcd members while the job ran: nothing restarted" "member"
 else
   note_fail "member: the job never started"
 fi
@@ -154,12 +161,7 @@ if [[ -n $leader ]] && wait_for "$work/leader_1.out" "rendezvous of job 'leader'
   sleep 3
   kill -CONT "${ETCD_PIDS[$frozen]}"
   touch "$marker"
-  ok=0
-  for i in 0 1 2; do expect_rc "leader_$i" 0 || ok=1; done
-  restarts=$(find "$work/logs" -path '*leader_*' -name 'attempt_1*' | wc -l)
-  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
-    pass "frozen: etcd member $frozen (a follower) frozen for 3 s while the job ran: nothing restarted" ||
-    note_fail "frozen: agents failed or restarted ($restarts attempt_1 directories)"
+  finished_without_restart leader "frozen: etcd member $frozen (a follower) frozen for 3 s while the job ran: nothing restarted" "frozen"
 else
   note_fail "leader: no leader found ('$leader') or the first two agents never joined"
 fi
@@ -181,12 +183,7 @@ if wait_until 30 bash -c "[[ \$(cat $work/logs/onenode_*/*/attempt_0/*/stdout.lo
   kill -CONT "${ETCD_PIDS[2]}"
   sleep 1
   touch "$marker"
-  ok=0
-  for i in 0 1 2; do expect_rc "onenode_$i" 0 || ok=1; done
-  restarts=$(find "$work/logs" -path '*onenode_*' -name 'attempt_1*' | wc -l)
-  [[ $ok -eq 0 && $restarts -eq 0 ]] &&
-    pass "frozen: node 2's only etcd member frozen for 1 s: it waited, nothing restarted" ||
-    note_fail "frozen (one node): agents failed or restarted ($restarts attempt_1 directories)"
+  finished_without_restart onenode "frozen: node 2's only etcd member frozen for 1 s: it waited, nothing restarted" "frozen (one node)"
 else
   note_fail "frozen (one node): the job never started"
 fi
