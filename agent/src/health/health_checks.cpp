@@ -39,8 +39,6 @@ using Outcome = CheckResult::Outcome;
 
 namespace {
 
-std::string errnoText(int err) { return systemErrorText(err); }
-
 std::string sizeText(std::uint64_t bytes) {
   std::array<char, 32> buffer{};
   const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
@@ -85,14 +83,14 @@ class SystemProbe final : public HealthProbe {
         (fs::path(dir) / (".dtrun-health-" + std::to_string(::getpid()))).string();
     const UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!fd.valid()) {
-      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + errnoText(errno));
+      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + systemErrorText(errno));
     }
     const char byte = 'x';
     const bool wrote = ::write(fd.get(), &byte, 1) == 1 && ::fsync(fd.get()) == 0;
     const int err = errno;
     ::unlink(file.c_str());
     if (!wrote) {
-      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + errnoText(err));
+      return Status::error(Errc::kSystem, "cannot write in " + dir + ": " + systemErrorText(err));
     }
     return Status::ok();
   }
@@ -109,14 +107,14 @@ class SystemProbe final : public HealthProbe {
   Status executable(const std::string& path) override {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
-      return Status::error(Errc::kNotFound, path + ": " + errnoText(errno));
+      return Status::error(Errc::kNotFound, path + ": " + systemErrorText(errno));
     }
     if (!S_ISREG(st.st_mode)) {
       return Status::error(Errc::kSystem, path + " is not a regular file");
     }
     // root passes access(X_OK) when any execute bit is set; so does exec.
     if (::access(path.c_str(), X_OK) != 0) {
-      return Status::error(Errc::kSystem, path + " is not executable: " + errnoText(errno));
+      return Status::error(Errc::kSystem, path + " is not executable: " + systemErrorText(errno));
     }
     return Status::ok();
   }

@@ -57,8 +57,7 @@ nlohmann::json rendezvous(const AgentConfig& config) {
   return r;
 }
 
-}  // namespace
-
+// run.json's text.
 std::string runFactsJson(const AgentConfig& config, const std::string& host) {
   nlohmann::json facts;
   facts["dtrun_version"] = config.dtrunVersion;
@@ -87,6 +86,8 @@ std::string runFactsJson(const AgentConfig& config, const std::string& host) {
   // An argument need not be UTF-8 (a Latin-1 file name): replaced, never a throw.
   return facts.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
+
+}  // namespace
 
 void writeRunFacts(const fs::path& runDir, const AgentConfig& config, const std::string& host) {
   if (runDir.empty()) {

@@ -11,9 +11,6 @@
 
 namespace dtrun::agent::detail {
 
-// run.json's text.
-std::string runFactsJson(const AgentConfig& config, const std::string& host);
-
 // Writes <runDir>/run.json; a run directory that cannot take it only loses the record (a
 // warning), never the job.
 void writeRunFacts(const std::filesystem::path& runDir, const AgentConfig& config,
