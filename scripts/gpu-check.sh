@@ -21,6 +21,19 @@
 #                dtrun::ddp over libdtrt's NCCL on the GPU: loss falls, checkpoint and resume;
 #                images/s and GPU utilisation against torch's DDP, fp32, same model and batch.
 #                GPU_CHECK_DEVICE=cpu rehearses it at a toy size where there is no GPU.
+# Round two (issue 33; `round2` names them all), each in scripts/gpu/check_<group>.sh:
+#   launch       dtrun against torch's own torchrun, alternating: launcher start to
+#                init_process_group and to the first training step, steady images/s (1 GPU rank,
+#                and 8 CPU ranks); CUDA error on one rank to the whole job down; the environment
+#                each gives a rank (a diff, $out/env-diff.txt)
+#   public       public scripts, unmodified (tests/data/public_scripts): pytorch/examples'
+#                multigpu_torchrun.py, nanoGPT's train.py, Lightning's bug_report_model.py,
+#                accelerate's test_script.py, each under both launchers: the outcomes compared
+#   gpus         `dtrun gpus RUN_DIR --json` against nvidia-smi in the same second
+#   debug        torch's flight recorder dumped through --hang_timeout; torch.distributed.debug
+#   resnet-cpp   (above) also bf16 autocast, channels-last and CUDA graphs against torch's DDP
+# TORCHRUN (a command line) replaces `python3 -m torch.distributed.run` (a rehearsal without
+# torch 2.x names dtrun itself).
 set -uo pipefail
 repo=${DTRUN_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 cd "$repo"
@@ -45,10 +58,12 @@ checks=${GPU_CHECKS:-$repo/scripts/gpu/torch_checks.py}
 export DTRUN_REPO=$repo
 rows=()
 only=("$@")
+[[ " ${only[*]} " != *" round2 "* ]] || only+=(launch public gpus debug resnet-cpp)
 want() { ((${#only[@]} == 0)) || [[ " ${only[*]} " == *" $1 "* ]]; }
-row() {  # <check> <PASS|FAIL|INFO> <figures>
+row() {  # <check> <PASS|FAIL|INFO> <figures>; the table so far in $OUT, should the call be cut
   rows+=("| $1 | $2 | $3 |")
   echo "== $1: $2: $3"
+  [[ -z ${OUT:-} ]] || printf '%s\n' "| check | result | figures |" "| --- | --- | --- |" "${rows[@]}" >"$OUT/table.md"
 }
 # run <name> <seconds> <command...>: output to $out/<name>.log, exit code in $rc
 run() {
@@ -58,6 +73,17 @@ run() {
   timeout "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
 }
 results() { grep -h "^RESULT $1 " "$out/$2.log" | sed "s/^RESULT $1 //" | head -n "${3:-1}" | paste -sd';'; }
+# GPU utilisation, sampled every 200 ms while a run lasts: util_start <name>, util_stop -> $util (p90)
+util_start() {
+  util_file=$out/util-$1.txt
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$util_file" 2>/dev/null &
+  smi=$!
+}
+util_stop() {
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  util=$(sort -n "$util_file" | awk '{v[NR] = $1} END {if (NR) print v[int(NR * 0.9)]; else print "?"}')
+}
 
 # --- env ----------------------------------------------------------------------------------------
 device=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n1)
@@ -137,18 +163,13 @@ run accelerate-cpu 180 "$dtrun" --nproc_per_node=2 "$checks" accelerate cpu
 row "accelerate cpu x2" "$s" "$(results accelerate accelerate-cpu 2) (exit $rc)"
 fi
 
+# --- round two: launchers side by side, GPU readings, debug aids, public scripts -----------------
+for group in launch gpus debug public; do
+  # shellcheck source=/dev/null
+  source "$repo/scripts/gpu/check_$group.sh"
+done
+
 # --- ResNet-18 ------------------------------------------------------------------------------------
-# GPU utilisation, sampled every 200 ms while a run lasts: util_start <name>, util_stop -> $util (p90)
-util_start() {
-  util_file=$out/util-$1.txt
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 >"$util_file" 2>/dev/null &
-  smi=$!
-}
-util_stop() {
-  kill "$smi" 2>/dev/null
-  wait "$smi" 2>/dev/null
-  util=$(sort -n "$util_file" | awk '{v[NR] = $1} END {if (NR) print v[int(NR * 0.9)]; else print "?"}')
-}
 ckpt=$(mktemp -d)  # checkpoints stay out of the logs
 if want resnet; then
 for kind in plain ddp; do
@@ -162,53 +183,8 @@ done
 fi
 
 # --- ResNet-18 in C++: dtrun::ddp over libdtrt's NCCL, against torch's DDP -----------------------
-if want resnet-cpp; then
-dev=${GPU_CHECK_DEVICE:-cuda}
-size=(--batch_size 256)
-sample=(--train 4096 --test 512)
-if [[ $dev != cuda ]]; then
-  size=(--batch_size 32 --width 8)
-  sample=(--train 512 --test 128)
-fi
-cifar=$(mktemp -d)
-"$py" scripts/make-cifar10-sample "$cifar" "${sample[@]}" >"$out/cifar.log" 2>&1
-run resnet-cpp-build 300 bash scripts/gpu/build_resnet_ddp.sh "$gpu" "$ckpt/resnet_ddp"
-if [[ $rc -ne 0 ]]; then
-  row "resnet-18 c++ build" FAIL "exit $rc: $(grep -m2 -E 'error|build_resnet_ddp' "$out/resnet-cpp-build.log" | cut -c1-200 | paste -sd' ')"
-else
-  # One progress line per epoch (--log-every beyond an epoch's steps).
-  common=(--nproc_per_node=1 --no_python "$ckpt/resnet_ddp" --device "$dev" --data-dir "$cifar"
-    --model-dir "$ckpt" --log-every 100000 "${size[@]}")
-  losses() { grep -oE '^epoch [0-9]+/[0-9]+ step [0-9]+/[0-9]+ loss [0-9.]+' "$out/$1.log" | awk '{print $NF}' | paste -sd,; }
-  run resnet-cpp-train 300 "$dtrun" "${common[@]}" --num_epochs 3
-  train_rc=$rc
-  trained=$(losses resnet-cpp-train)
-  run resnet-cpp-resume 300 "$dtrun" "${common[@]}" --num_epochs 4 --resume
-  resume_rc=$rc
-  resumed=$(losses resnet-cpp-resume)
-  falls=$(awk -v t="$trained" -v r="$resumed" 'BEGIN {n = split(t, a, ","); print (n == 3 && a[3] < a[1] && r != "" && r + 0 <= a[1]) ? 1 : 0}')
-  at4=$(grep -c 'continuing at epoch 4' "$out/resnet-cpp-resume.log")
-  [[ $train_rc -eq 0 && $resume_rc -eq 0 && $falls == 1 && $at4 == 1 ]] && s=PASS || s=FAIL
-  row "resnet-18 c++ train" "$s" "dtrun::ddp on $dev: epoch losses $trained; resumed at epoch 4: $resumed (exits $train_rc, $resume_rc)"
-  # Throughput: 8 epochs of the sample, augmentation off (the data set is on the GPU, as torch's).
-  util_start cpp
-  run resnet-cpp-speed 300 "$dtrun" "${common[@]}" --num_epochs 8 --no-eval --no-save --no-augment --warmup-steps 10
-  util_stop
-  cpp_speed=$(grep -m1 -oE '^throughput: [0-9.]+' "$out/resnet-cpp-speed.log" | awk '{print $2}')
-  cpp_util=$util
-  if [[ $dev == cuda ]]; then
-    util_start torch-fp32
-    run resnet-torch-fp32 300 "$dtrun" --nproc_per_node=1 "$checks" resnet ddp 200 "$ckpt" fp32
-    util_stop
-    torch_speed=$(results resnet resnet-torch-fp32 | grep -oE 'images_per_s=[0-9]+' | cut -d= -f2)
-  else
-    torch_speed=
-  fi
-  ratio=$(awk -v a="${cpp_speed:-0}" -v b="${torch_speed:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')
-  [[ $rc -eq 0 && -n $cpp_speed ]] && s=PASS || s=FAIL
-  row "resnet-18 c++ vs torch ddp" "$s" "fp32, batch ${size[1]}, 1 rank: dtrun::ddp ${cpp_speed:-?} images/s (GPU p90 ${cpp_util}%), torch DDP ${torch_speed:-not run} images/s (GPU p90 ${util}%): ${ratio}x"
-fi
-fi
+# shellcheck source=/dev/null
+source "$repo/scripts/gpu/check_resnet_cpp.sh"
 echo
 echo "| check | result | figures |"
 echo "| --- | --- | --- |"

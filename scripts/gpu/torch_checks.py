@@ -11,6 +11,12 @@ Usage (one process per rank, under dtrun): python3 torch_checks.py MODE [args]
   resnet        ResNet-18 (CIFAR variant) on a synthetic CIFAR-sized sample on the GPU: loss per
                 epoch, a checkpoint, a resume, images/s; argv: ddp|plain STEPS CKPT_DIR [bf16|fp32]
                 (bf16: autocast and channels-last, the default; fp32: neither)
+  resnet_speed  only the throughput of resnet's DDP (no checkpoint), as demos/resnet_ddp measures
+                it: argv: fp32|bf16|bf16-nchw STEPS (bf16-nchw: autocast without channels-last)
+  fr_hang       NCCL, 5 all_reduces, then a barrier queued behind a long GPU sleep: a hang for
+                dtrun's --hang_timeout, whose dump asks torch's flight recorder for its record
+  fr_read       (no launcher) argv: DUMP: the flight recorder's pickle, summarised
+  debug_server  torch.distributed.debug's server (torch >= 2.10) over dtrun's store: its pages
 Each mode prints "RESULT <mode> key=value ..." lines that gpu-check.sh reads; exits non-zero on a
 mismatch.
 """
@@ -258,8 +264,130 @@ def mode_resnet(kind, steps, ckpt_dir, precision="bf16"):
         dist.destroy_process_group()
 
 
+def resnet_step_fn(model, opt, bf16):
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def mode_resnet_speed(precision, steps):
+    repo = os.environ.get("DTRUN_REPO",
+                          os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    sys.path.insert(0, os.path.join(repo, "bench", "ddp"))
+    from torch_resnet_ddp import ResNet18
+
+    steps = int(steps)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    torch.backends.cudnn.benchmark = True
+    dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=120))
+    torch.manual_seed(0)
+    bf16 = precision != "fp32"
+    layout = torch.channels_last if precision == "bf16" else torch.contiguous_format
+    model = torch.nn.parallel.DistributedDataParallel(
+        ResNet18().cuda().to(memory_format=layout), device_ids=[local])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    batch = 256
+    x = torch.randn(batch, 3, 32, 32, device="cuda").contiguous(memory_format=layout)
+    y = torch.randint(0, 10, (batch,), device="cuda")
+    step = resnet_step_fn(model, opt, bf16)
+    for _ in range(10):
+        step(x, y)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(x, y)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    result("resnet_speed", precision=precision, images_per_s=f"{steps * batch / seconds:.0f}",
+           batch=batch, steps=steps)
+    dist.destroy_process_group()
+
+
+def mode_fr_hang():
+    dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=600))
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    x = torch.ones(1 << 16, device="cuda")
+    for _ in range(5):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    print("fr_hang: 5 all_reduces done; the barrier waits behind a GPU sleep", flush=True)
+    torch.cuda._sleep(1 << 40)  # minutes of GPU clock cycles: the collective cannot start
+    dist.barrier()
+    torch.cuda.synchronize()
+    fail("the barrier returned: no hang")
+
+
+def mode_fr_read(dump):
+    import pickle
+    with open(dump, "rb") as f:
+        record = pickle.load(f)
+    entries = record.get("entries", [])
+    names = [e.get("profiling_name", "?") for e in entries]
+    states = [e.get("state", "?") for e in entries]
+    last = f"{names[-1]}:{states[-1]}" if entries else "none"
+    result("fr_read", version=record.get("version", "?"), entries=len(entries),
+           completed=states.count("completed"), last=last,
+           keys=",".join(sorted(record.keys())))
+
+
+def mode_debug_server():
+    import inspect
+    import re
+    import socket
+    import urllib.request
+    try:
+        import torch.distributed.debug as debug
+    except ImportError as e:
+        result("debug_server", present=0, why=type(e).__name__)
+        return
+    dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=120))
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    x = torch.ones(16, device="cuda")
+    dist.all_reduce(x)  # something for the flight recorder's page
+    torch.cuda.synchronize()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kwargs = {"port": port}
+    if "start_method" in inspect.signature(debug.start_debug_server).parameters:
+        kwargs["start_method"] = "spawn"  # the frontend must not inherit CUDA through fork
+    debug.start_debug_server(**kwargs)
+
+    def get(path, timeout):
+        try:
+            with urllib.request.urlopen(f"http://localhost:{port}{path}", timeout=timeout) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except OSError as e:
+            return 0, str(e)
+
+    deadline = time.time() + 60
+    status, index = get("/", 5)
+    while status != 200 and time.time() < deadline:
+        time.sleep(0.5)
+        status, index = get("/", 5)
+    pages = {"/": status}
+    for path in sorted(set(re.findall(r'href="(/[^"]*)"', index)))[:8]:
+        pages[path] = get(path, 60)[0]
+    debug.stop_debug_server()
+    ok = sum(1 for code in pages.values() if code == 200)
+    result("debug_server", present=1, pages_ok=f"{ok}/{len(pages)}",
+           pages=",".join(f"{p}:{c}" for p, c in pages.items()))
+    dist.destroy_process_group()
+    if status != 200 or ok < 2:
+        fail(f"debug server pages: {pages}")
+
+
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     {"nccl": mode_nccl, "store": mode_store, "elastic": mode_elastic,
      "cuda_error": mode_cuda_error, "lightning": mode_lightning, "accelerate": mode_accelerate,
-     "resnet": mode_resnet}[mode](*args)
+     "resnet": mode_resnet, "resnet_speed": mode_resnet_speed, "fr_hang": mode_fr_hang,
+     "fr_read": mode_fr_read, "debug_server": mode_debug_server}[mode](*args)

@@ -1,6 +1,7 @@
 #include "health/gpu_nvml.h"
 
 #include <array>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -29,6 +30,28 @@ struct NvmlProcessInfo {
   unsigned int computeInstanceId;
 };
 
+// nvmlUtilization_t; nvmlMemory_t (_v1); nvmlMemory_v2_t, whose version field says which.
+struct NvmlUtilization {
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct NvmlMemory {
+  unsigned long long total;  // NOLINT(google-runtime-int): NVML's types
+  unsigned long long free;   // NOLINT(google-runtime-int)
+  unsigned long long used;   // NOLINT(google-runtime-int)
+};
+struct NvmlMemoryV2 {
+  unsigned int version;
+  unsigned long long total;     // NOLINT(google-runtime-int)
+  unsigned long long reserved;  // NOLINT(google-runtime-int)
+  unsigned long long free;      // NOLINT(google-runtime-int)
+  unsigned long long used;      // NOLINT(google-runtime-int)
+};
+// NVML_STRUCT_VERSION(Memory, 2): the struct's size, the version in the top byte.
+constexpr unsigned kNvmlMemoryV2 = static_cast<unsigned>(sizeof(NvmlMemoryV2)) | (2U << 24U);
+// NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE.
+constexpr unsigned kNvmlTextSize = 96;
+
 using InitFn = NvmlReturn (*)();
 using ErrorStringFn = const char* (*)(NvmlReturn);
 using CountFn = NvmlReturn (*)(unsigned int*);
@@ -37,6 +60,10 @@ using ProcessesFn = NvmlReturn (*)(NvmlDevice, unsigned int*, NvmlProcessInfo*);
 using RemappedRowsFn = NvmlReturn (*)(NvmlDevice, unsigned int*, unsigned int*, unsigned int*,
                                       unsigned int*);
 using PendingPagesFn = NvmlReturn (*)(NvmlDevice, int*);
+using UtilizationFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
+using MemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
+using MemoryV2Fn = NvmlReturn (*)(NvmlDevice, NvmlMemoryV2*);
+using TextFn = NvmlReturn (*)(NvmlDevice, char*, unsigned int);
 
 std::string processName(unsigned pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
@@ -75,6 +102,11 @@ class LoadedNvml final : public Nvml {
     // Optional: a driver without them has nothing of the kind to report.
     need(remappedRows_, "nvmlDeviceGetRemappedRows");
     need(pendingPages_, "nvmlDeviceGetRetiredPagesPendingStatus");
+    need(utilization_, "nvmlDeviceGetUtilizationRates");
+    need(memoryV2_, "nvmlDeviceGetMemoryInfo_v2");
+    need(memory_, "nvmlDeviceGetMemoryInfo");
+    need(name_, "nvmlDeviceGetName");
+    need(uuid_, "nvmlDeviceGetUUID");
     return {};
   }
 
@@ -85,23 +117,29 @@ class LoadedNvml final : public Nvml {
     return Status::ok();
   }
 
-  Result<std::vector<GpuState>> query(const std::vector<int>& indices) override {
+  Result<int> deviceCount() override {
     unsigned int count = 0;
     if (const NvmlReturn rc = count_(&count); rc != kNvmlSuccess) {
       return Status::error(Errc::kSystem, "nvmlDeviceGetCount: " + errorText(rc));
     }
+    return static_cast<int>(count);
+  }
+
+  Result<std::vector<GpuState>> query(const std::vector<int>& indices) override {
+    DTRUN_ASSIGN_OR_RETURN(const int count, deviceCount());
     std::vector<GpuState> out;
     for (const int index : indices) {
       GpuState state;
       state.index = index;
       NvmlDevice device = nullptr;
-      if (index < 0 || static_cast<unsigned>(index) >= count ||
+      if (index < 0 || index >= count ||
           handleByIndex_(static_cast<unsigned>(index), &device) != kNvmlSuccess) {
         out.push_back(std::move(state));
         continue;
       }
       state.present = true;
       state.fault = faultOf(device);
+      readUsage(device, state);
       DTRUN_ASSIGN_OR_RETURN(state.processes, processesOf(index, device));
       out.push_back(std::move(state));
     }
@@ -138,6 +176,33 @@ class LoadedNvml final : public Nvml {
       }
     }
     return {};
+  }
+
+  // Name, utilisation and memory: each left unknown when the driver does not answer.
+  void readUsage(NvmlDevice device, GpuState& state) const {
+    std::array<char, kNvmlTextSize> text{};
+    if (name_ != nullptr && name_(device, text.data(), kNvmlTextSize) == kNvmlSuccess) {
+      state.name.assign(text.data(), ::strnlen(text.data(), text.size()));
+    }
+    text.fill('\0');
+    if (uuid_ != nullptr && uuid_(device, text.data(), kNvmlTextSize) == kNvmlSuccess) {
+      state.uuid.assign(text.data(), ::strnlen(text.data(), text.size()));
+    }
+    NvmlUtilization busy{};
+    if (utilization_ != nullptr && utilization_(device, &busy) == kNvmlSuccess) {
+      state.utilizationGpu = busy.gpu;
+      state.utilizationMemory = busy.memory;
+    }
+    NvmlMemoryV2 v2{};
+    v2.version = kNvmlMemoryV2;
+    NvmlMemory v1{};
+    if (memoryV2_ != nullptr && memoryV2_(device, &v2) == kNvmlSuccess) {
+      state.memoryUsedBytes = v2.used;
+      state.memoryTotalBytes = v2.total;
+    } else if (memory_ != nullptr && memory_(device, &v1) == kNvmlSuccess) {
+      state.memoryUsedBytes = v1.used;
+      state.memoryTotalBytes = v1.total;
+    }
   }
 
   Result<std::vector<GpuProcess>> processesOf(int index, NvmlDevice device) const {
@@ -179,6 +244,11 @@ class LoadedNvml final : public Nvml {
   ProcessesFn processes_ = nullptr;
   RemappedRowsFn remappedRows_ = nullptr;
   PendingPagesFn pendingPages_ = nullptr;
+  UtilizationFn utilization_ = nullptr;
+  MemoryFn memory_ = nullptr;
+  MemoryV2Fn memoryV2_ = nullptr;
+  TextFn name_ = nullptr;
+  TextFn uuid_ = nullptr;
 };
 
 }  // namespace

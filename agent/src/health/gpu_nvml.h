@@ -1,10 +1,12 @@
-// NVML, for the gpus health check: what the driver says of each planned GPU (is it there, does it
-// need a reset, whose processes hold its memory). The library is dlopen'ed, never linked: dtrun
-// runs on nodes without a GPU or a driver, and must not fail to start there.
+// NVML, for the gpus health check and `dtrun gpus` (gpu_readings.h): what the driver says of each
+// GPU (is it there, does it need a reset, how busy and full it is, whose processes hold its
+// memory). The library is dlopen'ed, never linked: dtrun runs on nodes without a GPU or a driver,
+// and must not fail to start there.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,16 @@ struct GpuState {
   // failed or is pending, or retired pages pending. A check the GPU does not support is skipped.
   std::string fault;
   std::vector<GpuProcess> processes;  // compute processes holding memory on it
+  // What nvidia-smi shows of it; nullopt (or "") where the driver does not tell (a MIG
+  // instance's utilisation, a driver without the call).
+  std::string name;                           // "NVIDIA H100 80GB HBM3"
+  std::string uuid;                           // "GPU-5f2a..."
+  std::optional<unsigned> utilizationGpu;     // % of the last sample period a kernel ran
+  std::optional<unsigned> utilizationMemory;  // % of it the memory was read or written
+  // The device's memory (nvmlDeviceGetMemoryInfo_v2, as nvidia-smi: used leaves out what the
+  // driver reserves; before driver 510, _v1's used, which counts it).
+  std::optional<std::uint64_t> memoryUsedBytes;
+  std::optional<std::uint64_t> memoryTotalBytes;
 };
 
 // One loaded, initialised NVML. Thread-safe (NVML is); calls may block on a broken GPU, so
@@ -42,6 +54,8 @@ class Nvml {
   Nvml(Nvml&&) = delete;
   Nvml& operator=(Nvml&&) = delete;
   virtual ~Nvml() = default;
+  // How many GPUs NVML sees (indices 0 to count - 1).
+  virtual Result<int> deviceCount() = 0;
   // Each index's state; an index NVML does not have comes back with present = false.
   virtual Result<std::vector<GpuState>> query(const std::vector<int>& indices) = 0;
 };

@@ -13,6 +13,7 @@
 
 #include "log.h"
 #include "workers/worker_env.h"
+#include "workers/worker_pid.h"
 
 namespace dtrun::agent::detail {
 namespace {
@@ -192,9 +193,10 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   request.stderrFd = err.second.get();
   DTRUN_ASSIGN_OR_RETURN(auto child, ChildProcess::start(request));
   w.child.emplace(std::move(child));
-  if (!w.dir.empty()) {  // after the start: the record never delays a worker
+  if (!w.dir.empty()) {  // after the start: the records never delay a worker
     std::ofstream record(w.dir / "environment", std::ios::trunc);
     record << environmentRecord(config_, env);
+    writeWorkerPid(w.dir, w.child->pid());
   }
   return Status::ok();
 }

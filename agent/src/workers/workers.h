@@ -1,5 +1,5 @@
 // The workers room's interface: a worker process, one attempt's worker group, the workers'
-// environment, the guardian that outlives the agent, the cgroup's OOM kills.
+// environment and pid records, the guardian that outlives the agent, the cgroup's OOM kills.
 // Other rooms and the wiring include this header only; the files it lists are the room's own.
 #pragma once
 
@@ -8,3 +8,4 @@
 #include "workers/worker_env.h"       // IWYU pragma: export
 #include "workers/worker_group.h"     // IWYU pragma: export
 #include "workers/worker_guardian.h"  // IWYU pragma: export
+#include "workers/worker_pid.h"       // IWYU pragma: export

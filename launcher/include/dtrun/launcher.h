@@ -26,6 +26,9 @@ std::function<int()> addReportCommand(CLI::App& app);
 // `dtrun bundle RUN_DIR [--output FILE]`: one archive of a run for a person or a bug report,
 // which names `versionLine` (--version's) as what packed it.
 std::function<int()> addBundleCommand(CLI::App& app, std::string_view versionLine);
+// `dtrun gpus [RUN_DIR] [--json]`: every GPU NVML sees and the processes on it, named by rank
+// when RUN_DIR is a run's directory (dtrun/gpu_readings.h); DTRUN_NVML_LIBRARY names the library.
+std::function<int()> addGpusCommand(CLI::App& app);
 
 // `dtrun [options] <entrypoint> [args...]`, step by step: plan(), then prepareProcess(), then
 // printDryRun() or runAgent(). Lives in main, next to the app it registers on.

@@ -1,6 +1,7 @@
 // The report room's interface: a run report rendered as one self-contained HTML page (`dtrun
 // report`), which the live status page reuses; a run directory packed into one archive (`dtrun
-// bundle`). It includes nothing of the launcher's parsing.
+// bundle`); `dtrun gpus` (gpus_command.cpp, over dtrun/gpu_readings.h). It includes nothing of
+// the launcher's parsing.
 // Other launcher files include this header only; the files it lists are the room's own.
 #pragma once
 
