@@ -14,20 +14,31 @@
 // every rank issues the same sequence of collectives whatever order its hooks fire in.
 // synchronizeGradients() fills the slots of parameters that got no gradient, queues the rest
 // and waits.
+//
+// On a GPU the hooks run when backward has queued a gradient, not when the GPU has computed it.
+// Built with DTRUN_TORCH_CUDA (scripts/gpu/build_resnet_ddp.sh, where torch has CUDA), a bucket
+// records a CUDA event on the stream backward runs on when it fills, and the communication
+// thread waits for that event alone before libdtrt's all_reduce reads the bucket. Without it
+// (Debian's CPU-only libtorch), the thread waits for the whole device. libdtrt's allReduce
+// returns when its NCCL stream has finished, so the means are in place for every stream when
+// synchronizeGradients() returns.
 #include "dtrun/ddp.h"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -36,13 +47,74 @@
 
 #include <c10/util/strides.h>
 
+#ifdef DTRUN_TORCH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace dtrun::ddp {
 
 namespace rt = dtrun::runtime;
 
+namespace {
+
+// Waits for everything queued on `device` (a no-op on the CPU): libdtrt's NCCL calls read
+// memory from their own stream, which is ordered after the legacy default stream's work but
+// not after that of the non-blocking stream a program may train on.
+void syncDevice(const torch::Device& device) {
+  if (device.is_cuda()) {
+    torch::cuda::synchronize(device.index());
+  }
+}
+
+#ifdef DTRUN_TORCH_CUDA
+void checkCuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    // A failed call leaves CUDA's last-error slot set; later calls need it clear.
+    static_cast<void>(cudaGetLastError());
+    throw std::runtime_error(std::string("dtrun::ddp: ") + what + ": " +
+                             cudaGetErrorString(status));
+  }
+}
+
+// "This bucket's gradients are computed": recorded on the stream backward queued them on (the
+// hook's thread's current stream), waited for by the communication thread.
+class ReadyEvent {
+ public:
+  explicit ReadyEvent(c10::DeviceIndex device) : device_(device) {
+    const c10::cuda::CUDAGuard guard(device_);
+    checkCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags");
+  }
+  ~ReadyEvent() { static_cast<void>(cudaEventDestroy(event_)); }
+  ReadyEvent(const ReadyEvent&) = delete;
+  ReadyEvent& operator=(const ReadyEvent&) = delete;
+  ReadyEvent(ReadyEvent&&) = delete;
+  ReadyEvent& operator=(ReadyEvent&&) = delete;
+
+  void record() {
+    const c10::cuda::CUDAGuard guard(device_);  // cudaEventRecord wants the event's device current
+    checkCuda(cudaEventRecord(event_, c10::cuda::getCurrentCUDAStream(device_).stream()),
+              "cudaEventRecord");
+  }
+  void wait() const { checkCuda(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+ private:
+  c10::DeviceIndex device_;
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
+}  // namespace
+
 runtime::Buffer bufferOf(const torch::Tensor& tensor) {
-  if (!tensor.is_contiguous()) {
-    throw std::invalid_argument("dtrun::ddp::bufferOf: tensor is not contiguous");
+  // Dense is enough: a channels-last weight also fills one block of memory, from data_ptr() on
+  // (torch has no negative strides), and ranks with the same layout agree element by element.
+  if (!tensor.is_non_overlapping_and_dense()) {
+    throw std::invalid_argument(
+        "dtrun::ddp::bufferOf: tensor is not dense (a strided view with gaps or overlaps)");
   }
   rt::Buffer buffer;
   buffer.data = tensor.data_ptr();
@@ -159,6 +231,7 @@ class DistributedDataParallel::Impl {
       return;
     }
     const torch::NoGradGuard noGrad;
+    syncDevice(device_);
     for (const auto& p : module_->parameters(/*recurse=*/true)) {
       group_->broadcast(bufferOf(p), 0);
     }
@@ -176,7 +249,8 @@ class DistributedDataParallel::Impl {
     std::unique_lock<std::mutex> lock(mutex_);
     if (group_->size() > 1) {
       // backward() has returned, so no hook runs now: every slot still empty belongs to a
-      // parameter that got no gradient in this pass (or overlap is off).
+      // parameter that got no gradient in this pass (or overlap is off). Its zeros and copies
+      // are queued on this thread's stream, where the bucket's ready event is recorded.
       const torch::NoGradGuard noGrad;
       for (std::size_t i = 0; i < slots_.size(); ++i) {
         if (!slots_[i].ready) {
@@ -221,6 +295,9 @@ class DistributedDataParallel::Impl {
     torch::Tensor flat;
     std::vector<std::size_t> slots;
     std::size_t pending = 0;  // slots still waiting for their gradient in this step
+#ifdef DTRUN_TORCH_CUDA
+    std::unique_ptr<ReadyEvent> ready;  // CUDA buckets only
+#endif
   };
 
   // Buckets in reverse parameter order, split by dtype and by options_.bucketBytes.
@@ -255,6 +332,11 @@ class DistributedDataParallel::Impl {
       }
       bucket.slots = members;
       bucket.pending = members.size();
+#ifdef DTRUN_TORCH_CUDA
+      if (device_.is_cuda()) {
+        bucket.ready = std::make_unique<ReadyEvent>(device_.index());
+      }
+#endif
       buckets_.push_back(std::move(bucket));
     }
   }
@@ -284,6 +366,7 @@ class DistributedDataParallel::Impl {
         flat.push_back(b.reshape(-1));
       }
       auto packed = torch::cat(flat);
+      syncDevice(device_);
       group_->broadcast(bufferOf(packed), 0);
       if (group_->rank() != 0) {
         std::int64_t offset = 0;
@@ -305,15 +388,27 @@ class DistributedDataParallel::Impl {
     if (grad.defined() && grad.data_ptr() == view.data_ptr()) {
       return;
     }
-    if (grad.defined()) {
-      view.copy_(grad.reshape(-1));
-    }
     // The slot's memory, but not an autograd view of the bucket: Optimizer::zero_grad()
     // calls detach_() on every grad, which a view refuses.
     const auto& flat = buckets_[slots_[i].bucket].flat;
-    param.mutable_grad() = torch::empty({0}, flat.options())
-                               .set_(flat.storage(), view.storage_offset(), param.sizes(),
-                                     c10::contiguous_strides(param.sizes()));
+    auto slotGrad =
+        torch::empty({0}, flat.options())
+            .set_(flat.storage(), view.storage_offset(), param.sizes(), gradStrides(param));
+    if (grad.defined()) {
+      slotGrad.copy_(grad);
+    }
+    param.mutable_grad() = slotGrad;
+  }
+
+  // A grad laid out as its parameter (channels-last weights get channels-last grads, which
+  // backward adds into without a transposition, as torch's DDP does for its bucket views); the
+  // slot holds numel() consecutive elements, so only a dense layout fits it.
+  static std::vector<std::int64_t> gradStrides(const torch::Tensor& param) {
+    if (param.is_non_overlapping_and_dense()) {
+      return param.strides().vec();
+    }
+    const auto contiguous = c10::contiguous_strides(param.sizes());
+    return {contiguous.begin(), contiguous.end()};
   }
 
   // Post hook of parameter i's grad accumulator: runs on the engine's thread, once per backward
@@ -331,7 +426,10 @@ class DistributedDataParallel::Impl {
 
   void markReadyLocked(std::size_t i) {
     slots_[i].ready = true;
-    --buckets_[slots_[i].bucket].pending;
+    auto& bucket = buckets_[slots_[i].bucket];
+    if (--bucket.pending == 0) {
+      recordReady(bucket);
+    }
     bool queued = false;
     while (nextLaunch_ < buckets_.size() && buckets_[nextLaunch_].pending == 0) {
       queue_.push_back(nextLaunch_++);
@@ -340,6 +438,26 @@ class DistributedDataParallel::Impl {
     if (queued) {
       cv_.notify_all();
     }
+  }
+
+  // Marks, on the current stream, the point where the bucket's last gradient has been queued.
+  static void recordReady([[maybe_unused]] Bucket& bucket) {
+#ifdef DTRUN_TORCH_CUDA
+    if (bucket.ready) {
+      bucket.ready->record();
+    }
+#endif
+  }
+
+  // Returns once bucket b's gradients are computed: its ready event, or the whole device.
+  void waitUntilReady([[maybe_unused]] std::size_t b) const {
+#ifdef DTRUN_TORCH_CUDA
+    if (buckets_[b].ready) {
+      buckets_[b].ready->wait();
+      return;
+    }
+#endif
+    syncDevice(device_);
   }
 
   void commLoop() {
@@ -356,12 +474,8 @@ class DistributedDataParallel::Impl {
       std::exception_ptr error;
       if (!broken) {
         try {
-          const auto& flat = buckets_[b].flat;
-          if (flat.is_cuda()) {
-            // The hooks' copies were issued on the training stream; NCCL's stream must see them.
-            torch::cuda::synchronize(flat.get_device());
-          }
-          commGroup_->allReduce(bufferOf(flat), rt::ReduceOp::kAvg);
+          waitUntilReady(b);
+          commGroup_->allReduce(bufferOf(buckets_[b].flat), rt::ReduceOp::kAvg);
         } catch (...) {
           error = std::current_exception();
         }

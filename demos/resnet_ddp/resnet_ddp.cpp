@@ -7,6 +7,12 @@
 // --resume loads it on every rank and continues with the next epoch. --device cuda trains on the
 // rank's GPU (cuda:LOCAL_RANK) with a kNccl group, the data set held on the GPU.
 //
+// Speed: the loop never waits for the GPU inside an epoch except at log points (the host queues
+// steps ahead); --precision bf16 runs forward and loss under bf16 autocast, --channels-last
+// keeps convolution weights and inputs NHWC, and --cuda-graph (GPU builds of
+// scripts/gpu/build_resnet_ddp.sh, one rank) replays the whole step as one CUDA graph. step.h
+// and cuda_step.h hold those parts.
+//
 // Usage:
 //   scripts/make-cifar10-sample /tmp/cifar --train 2000 --test 500     # or the real data set
 //   mkdir -p saved_models
@@ -16,6 +22,8 @@
 //   resnet_ddp: 2 ranks, 2000 train / 500 test images, ResNet-18 width 16 (...)
 //   epoch 1/2 step 10/32 loss 2.1325 images/s 210.4 eta 0:00:21
 //   epoch 1/2: test accuracy 0.4120 (500 images), checkpoint saved_models/resnet_distributed.pth
+//   ...
+//   throughput: 221.7 images/s (2 ranks, 62 steps after 2 warm-up, ..., precision fp32, ...)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,9 +35,12 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/cuda.h>
@@ -40,159 +51,27 @@
 #include "dtrun/ddp.h"
 #include "dtrun/runtime.h"
 
+#include "cifar.h"
+#include "cuda_step.h"
+#include "model.h"
+#include "step.h"
+#include "timing.h"
+
 namespace {
 
 namespace rt = dtrun::runtime;
 namespace fs = std::filesystem;
 
-// ---- model --------------------------------------------------------------------------------
+using resnet_ddp::Dataset;
+using resnet_ddp::loadCifar;
+using resnet_ddp::ResNet18;
+using resnet_ddp::StepInputs;
+using resnet_ddp::StepTimer;
 
-struct BasicBlockImpl : torch::nn::Module {
-  BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride)
-      : conv1(register_module(
-            "conv1",
-            torch::nn::Conv2d(
-                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2(register_module(
-            "conv2", torch::nn::Conv2d(
-                         torch::nn::Conv2dOptions(out, out, 3).stride(1).padding(1).bias(false)))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
-    if (stride != 1 || in != out) {
-      shortcut = register_module(
-          "shortcut",
-          torch::nn::Sequential(
-              torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-              torch::nn::BatchNorm2d(out)));
-    }
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto y = bn2(conv2(torch::relu(bn1(conv1(x)))));
-    y = y + (shortcut ? shortcut->forward(x) : x);
-    return torch::relu(y);
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
-  torch::nn::Sequential shortcut{nullptr};
-};
-TORCH_MODULE(BasicBlock);
+// ---- evaluation and checkpoints -----------------------------------------------------------
 
-// ResNet-18 for 32x32 inputs; width 64 is the standard one (11.2 M parameters).
-struct ResNet18Impl : torch::nn::Module {
-  explicit ResNet18Impl(std::int64_t width, std::int64_t classes = 10)
-      : conv1(register_module(
-            "conv1", torch::nn::Conv2d(
-                         torch::nn::Conv2dOptions(3, width, 3).stride(1).padding(1).bias(false)))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(width))),
-        layer1(register_module("layer1", makeLayer(width, width, 1))),
-        layer2(register_module("layer2", makeLayer(width, 2 * width, 2))),
-        layer3(register_module("layer3", makeLayer(2 * width, 4 * width, 2))),
-        layer4(register_module("layer4", makeLayer(4 * width, 8 * width, 2))),
-        fc(register_module("fc", torch::nn::Linear(8 * width, classes))) {}
-  static torch::nn::Sequential makeLayer(std::int64_t in, std::int64_t out, std::int64_t stride) {
-    return torch::nn::Sequential(BasicBlock(in, out, stride), BasicBlock(out, out, 1));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto y = torch::relu(bn1(conv1(x)));
-    y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
-    y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);
-    return fc(y);
-  }
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Sequential layer1, layer2, layer3, layer4;
-  torch::nn::Linear fc;
-};
-TORCH_MODULE(ResNet18);
-
-// ---- data ---------------------------------------------------------------------------------
-
-constexpr std::int64_t kRecordBytes = 3073;
-
-struct Dataset {
-  torch::Tensor images;  // uint8 [n, 3, 32, 32]
-  torch::Tensor labels;  // int64 [n]
-  [[nodiscard]] std::int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
-};
-
-// Appends the records of one CIFAR-10 binary file; throws on a malformed file.
-void readCifarFile(const fs::path& path, std::vector<std::uint8_t>& pixels,
-                   std::vector<std::int64_t>& labels) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw std::runtime_error("cannot open " + path.string());
-  }
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
-  const auto size = static_cast<std::int64_t>(bytes.size());
-  if (size == 0 || size % kRecordBytes != 0) {
-    throw std::runtime_error(path.string() + ": " + std::to_string(size) +
-                             " bytes is not a multiple of the 3073-byte CIFAR-10 record");
-  }
-  for (std::int64_t off = 0; off < size; off += kRecordBytes) {
-    const auto label = static_cast<std::uint8_t>(bytes[static_cast<std::size_t>(off)]);
-    if (label > 9) {
-      throw std::runtime_error(path.string() + ": label " + std::to_string(label) + " at record " +
-                               std::to_string(off / kRecordBytes) + " (not 0-9)");
-    }
-    labels.push_back(label);
-    pixels.insert(pixels.end(), bytes.begin() + off + 1, bytes.begin() + off + kRecordBytes);
-  }
-}
-
-Dataset loadCifar(const fs::path& dir, bool train) {
-  std::vector<fs::path> files;
-  if (train) {
-    for (int i = 1; i <= 5; ++i) {
-      const auto p = dir / ("data_batch_" + std::to_string(i) + ".bin");
-      if (fs::exists(p)) {
-        files.push_back(p);
-      }
-    }
-  } else if (fs::exists(dir / "test_batch.bin")) {
-    files.push_back(dir / "test_batch.bin");
-  }
-  if (files.empty()) {
-    throw std::runtime_error(
-        "no CIFAR-10 " + std::string(train ? "data_batch_*.bin" : "test_batch.bin") + " in " +
-        dir.string() + " (binary version; or scripts/make-cifar10-sample DIR)");
-  }
-  std::vector<std::uint8_t> pixels;
-  std::vector<std::int64_t> labels;
-  for (const auto& f : files) {
-    readCifarFile(f, pixels, labels);
-  }
-  const auto n = static_cast<std::int64_t>(labels.size());
-  Dataset d;
-  d.images = torch::from_blob(pixels.data(), {n, 3, 32, 32}, torch::kUInt8).clone();
-  d.labels = torch::from_blob(labels.data(), {n}, torch::kLong).clone();
-  return d;
-}
-
-// uint8 images -> normalised float (the seed's transforms.Normalize constants).
-torch::Tensor normalise(const torch::Tensor& images) {
-  static const auto kMean = torch::tensor({0.4914F, 0.4822F, 0.4465F}).view({1, 3, 1, 1});
-  static const auto kStd = torch::tensor({0.2023F, 0.1994F, 0.2010F}).view({1, 3, 1, 1});
-  return (images.to(torch::kFloat).div(255.0F) - kMean.to(images.device())) /
-         kStd.to(images.device());
-}
-
-// RandomCrop(32, padding=4) + RandomHorizontalFlip on a uint8 batch.
-torch::Tensor augment(const torch::Tensor& images, std::mt19937_64& rng) {
-  const auto padded = torch::constant_pad_nd(images, {4, 4, 4, 4}, 0);
-  std::uniform_int_distribution<std::int64_t> offset(0, 8);
-  std::bernoulli_distribution flip(0.5);
-  auto out = torch::empty_like(images);
-  for (std::int64_t i = 0; i < images.size(0); ++i) {
-    auto crop = padded[i].narrow(1, offset(rng), 32).narrow(2, offset(rng), 32);
-    out[i].copy_(flip(rng) ? crop.flip({2}) : crop);
-  }
-  return out;
-}
-
-double evaluate(ResNet18& model, const Dataset& test, std::int64_t batch) {
+double evaluate(ResNet18& model, const Dataset& test, std::int64_t batch,
+                const resnet_ddp::Normaliser& normalise) {
   const torch::NoGradGuard noGrad;
   model->eval();
   std::int64_t correct = 0;
@@ -204,8 +83,6 @@ double evaluate(ResNet18& model, const Dataset& test, std::int64_t batch) {
   model->train();
   return test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
 }
-
-// ---- checkpoints --------------------------------------------------------------------------
 
 void saveCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, std::int64_t nextEpoch,
                     const fs::path& path) {
@@ -239,6 +116,11 @@ std::int64_t loadCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, const
 
 // ---- training -----------------------------------------------------------------------------
 
+// Eager steps before a CUDA graph is captured, as PyTorch's make_graphed_callables warms up:
+// cuDNN's benchmark chooses its algorithms, cuBLAS makes its workspace and SGD its momentum
+// buffers, none of which may happen under capture.
+constexpr std::int64_t kGraphWarmupSteps = 3;
+
 struct Args {
   int numEpochs = 5;
   int batchSize = 256;
@@ -260,6 +142,9 @@ struct Args {
   std::size_t bucketKb = 25600;
   std::string backend = "tcp";
   std::string device = "cpu";
+  std::string precision = "fp32";
+  bool channelsLast = false;
+  bool cudaGraph = false;
 };
 
 std::string hms(double seconds) {
@@ -270,6 +155,287 @@ std::string hms(double seconds) {
   return out.str();
 }
 
+const char* onOff(bool on) { return on ? "on" : "off"; }
+
+// One training step's work, queued without a wait for the device, so the same code runs
+// eagerly and under CUDA graph capture; under capture it touches only its inputs and tensors
+// that outlive the graph (model, optimizer state, data set, lossSum).
+class Training {
+ public:
+  Training(ResNet18& model, torch::optim::SGD& optimizer, dtrun::ddp::DistributedDataParallel& ddp,
+           const Dataset& train, const resnet_ddp::Normaliser& normalise,
+           const torch::Device& device, bool bf16, bool setToNone)
+      : model_(model),
+        optimizer_(optimizer),
+        ddp_(ddp),
+        train_(train),
+        normalise_(normalise),
+        device_(device),
+        bf16_(bf16),
+        setToNone_(setToNone),
+        lossSum_(torch::zeros({}, torch::TensorOptions(torch::kFloat).device(device))) {}
+
+  void step(const StepInputs& in, bool autocastCache) {
+    auto images = train_.images.index_select(0, in.indices);
+    if (in.crop.defined()) {
+      images = resnet_ddp::cropAndFlip(images, in.crop);
+    }
+    const auto labels = train_.labels.index_select(0, in.indices);
+    const auto x = normalise_(images);
+    ddp_.prepareForward();
+    resnet_ddp::zeroGrads(optimizer_, setToNone_);
+    torch::Tensor loss;
+    {
+      // Forward and loss only, as Python's `with torch.autocast(...)` around them: backward
+      // runs each op in the dtype its forward chose.
+      std::optional<resnet_ddp::AutocastGuard> autocast;
+      if (bf16_) {
+        autocast.emplace(device_.type(), autocastCache);
+      }
+      loss = criterion_(model_->forward(x), labels);
+    }
+    loss.backward();
+    ddp_.synchronizeGradients();
+    optimizer_.step();
+    lossSum_.add_(loss.detach());  // summed on the device: reading it each step would wait
+  }
+
+  // The losses summed since the last call (a wait for the device).
+  double takeLossSum() {
+    const auto sum = lossSum_.item<double>();
+    lossSum_.zero_();
+    return sum;
+  }
+
+ private:
+  ResNet18& model_;
+  torch::optim::SGD& optimizer_;
+  dtrun::ddp::DistributedDataParallel& ddp_;
+  const Dataset& train_;
+  const resnet_ddp::Normaliser& normalise_;
+  torch::nn::CrossEntropyLoss criterion_;
+  torch::Device device_;
+  bool bf16_;
+  bool setToNone_;
+  torch::Tensor lossSum_;
+};
+
+// Runs each step eagerly or, with a graph wanted, eagerly for kGraphWarmupSteps steps, then as
+// replays of a graph captured at the next full batch. A batch of another size (an epoch's last)
+// runs eagerly: a graph replays fixed shapes. A failed capture leaves the run eager.
+class StepRunner {
+ public:
+  StepRunner(Training& training, bool wantGraph, std::int64_t batchSize, bool lead)
+      : training_(training), wantGraph_(wantGraph), batchSize_(batchSize), lead_(lead) {}
+
+  void run(const StepInputs& inputs, std::int64_t n, std::int64_t stepsDone) {
+    if (graph_.ready() && n == batchSize_) {
+      graph_.replay(inputs);
+      return;
+    }
+    if (wantGraph_ && !tried_ && stepsDone >= kGraphWarmupSteps && n == batchSize_) {
+      tried_ = true;
+      if (captureGraph(inputs, stepsDone)) {
+        graph_.replay(inputs);  // capture only recorded this step
+        return;
+      }
+    }
+    training_.step(inputs, /*autocastCache=*/true);
+  }
+
+  [[nodiscard]] bool graphUsed() const { return graph_.ready(); }
+
+ private:
+  bool captureGraph(const StepInputs& inputs, std::int64_t stepsDone) {
+    const auto whyNot = graph_.capture(
+        [this](const StepInputs& in, bool cache) { training_.step(in, cache); }, inputs);
+    if (lead_) {
+      if (whyNot) {
+        std::cout << "cuda graph: not used: " << *whyNot << std::endl;
+      } else {
+        std::cout << "cuda graph: whole step captured after " << stepsDone
+                  << " eager steps, replayed from step " << stepsDone + 1 << std::endl;
+      }
+    }
+    return !whyNot;
+  }
+
+  Training& training_;
+  bool wantGraph_;
+  std::int64_t batchSize_;
+  bool lead_;
+  bool tried_ = false;
+  resnet_ddp::GraphStep graph_;
+};
+
+// Everything the epoch loop uses, made by run().
+struct Loop {
+  const Args& args;
+  const rt::Context& ctx;
+  rt::ProcessGroup& group;
+  dtrun::ddp::DistributedSampler& sampler;
+  Training& training;
+  StepRunner& runner;
+  StepTimer& timer;
+  ResNet18& model;
+  torch::optim::SGD& optimizer;
+  const Dataset& test;
+  const resnet_ddp::Normaliser& normalise;
+  torch::Device device;
+  fs::path checkpoint;
+  std::int64_t shard;
+  std::int64_t stepsPerEpoch;
+  std::int64_t totalSteps;
+  std::int64_t stepsDone = 0;
+  double trainSeconds = 0;  // all windows, for the ETA
+};
+
+// Every rank reaches a log point at the same step: the window's mean loss and image count over
+// all ranks, reduced on the group's device (a kNccl group reduces GPU memory only).
+std::pair<double, double> reduceWindow(Loop& loop, double meanLoss, std::int64_t images) {
+  auto stats =
+      torch::tensor({meanLoss, static_cast<double>(images)}, torch::kDouble).to(loop.device);
+  resnet_ddp::syncDevice(loop.device);  // the copy is done before NCCL reads it
+  loop.group.allReduce(dtrun::ddp::bufferOf(stats), rt::ReduceOp::kSum);
+  stats = stats.cpu();
+  return {stats[0].item<double>() / loop.ctx.worldSize, stats[1].item<double>()};
+}
+
+void logWindow(Loop& loop, std::int64_t epoch, std::int64_t step) {
+  const auto window = loop.timer.endWindow();
+  loop.trainSeconds += window.seconds;
+  const double meanLoss = loop.training.takeLossSum() / static_cast<double>(window.steps);
+  const auto [loss, images] = reduceWindow(loop, meanLoss, window.images);
+  if (loop.ctx.rank == 0) {
+    const double eta = loop.trainSeconds / static_cast<double>(loop.stepsDone) *
+                       static_cast<double>(loop.totalSteps - loop.stepsDone);
+    std::cout << "epoch " << epoch + 1 << "/" << loop.args.numEpochs << " step " << step + 1 << "/"
+              << loop.stepsPerEpoch << " loss " << std::fixed << std::setprecision(4) << loss
+              << " images/s " << std::setprecision(1) << images / window.seconds << " eta "
+              << hms(eta);
+    if (window.gpuMsPerStep > 0) {
+      std::cout << " gpu ms/step " << std::setprecision(2) << window.gpuMsPerStep;
+    }
+    std::cout << std::defaultfloat << std::endl;
+  }
+  loop.timer.startWindow();
+}
+
+void endEpoch(Loop& loop, std::int64_t epoch) {
+  if (loop.ctx.rank == 0) {
+    std::ostringstream line;
+    line << "epoch " << epoch + 1 << "/" << loop.args.numEpochs << ":";
+    if (!loop.args.noEval) {
+      line << " test accuracy " << std::fixed << std::setprecision(4)
+           << evaluate(loop.model, loop.test, 256, loop.normalise) << " (" << loop.test.size()
+           << " images)";
+    }
+    if (!loop.args.noSave) {
+      fs::create_directories(loop.args.modelDir);
+      saveCheckpoint(loop.model, loop.optimizer, epoch + 1, loop.checkpoint);
+      line << (loop.args.noEval ? "" : ",") << " checkpoint " << loop.checkpoint.string();
+    }
+    std::cout << line.str() << std::endl;
+  }
+  loop.group.barrier();  // the others wait while rank 0 evaluates and saves
+}
+
+void runEpoch(Loop& loop, std::int64_t epoch) {
+  loop.sampler.setEpoch(epoch);
+  const auto indices = loop.sampler.indices();
+  const auto indexTensor =
+      torch::from_blob(const_cast<std::int64_t*>(indices.data()),  // NOLINT: read only
+                       {static_cast<std::int64_t>(indices.size())}, torch::kLong)
+          .to(loop.device);
+  std::mt19937_64 rng(loop.args.randomSeed * 7919ULL +
+                      static_cast<std::uint64_t>(epoch) * 104729ULL +
+                      static_cast<std::uint64_t>(loop.ctx.rank));
+  loop.model->train();
+  loop.timer.startWindow();
+  for (std::int64_t step = 0; step < loop.stepsPerEpoch; ++step) {
+    const auto first = step * loop.args.batchSize;
+    const auto n = std::min<std::int64_t>(loop.args.batchSize, loop.shard - first);
+    const StepInputs inputs{
+        indexTensor.narrow(0, first, n),
+        loop.args.noAugment ? torch::Tensor() : resnet_ddp::cropIndices(n, rng, loop.device)};
+    loop.timer.beforeStep(loop.stepsDone);
+    loop.runner.run(inputs, n, loop.stepsDone);
+    ++loop.stepsDone;
+    loop.timer.afterStep(n, loop.stepsDone);
+    if ((step + 1) % loop.args.logEvery == 0 || step + 1 == loop.stepsPerEpoch) {
+      logWindow(loop, epoch, step);
+    }
+  }
+  endEpoch(loop, epoch);
+}
+
+torch::Device pickDevice(const Args& args, const rt::Context& ctx) {
+  if (args.device != "cuda") {
+    return torch::Device(torch::kCPU);
+  }
+  if (!torch::cuda::is_available()) {
+    throw std::runtime_error(
+        "--device cuda: libtorch sees no CUDA device (or was built without CUDA); use --device "
+        "cpu");
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(ctx.localRank));
+}
+
+// On a GPU the whole (CIFAR-sized) data set lives there: no host copy per step.
+Dataset onDevice(Dataset d, const torch::Device& device) {
+  if (d.size() > 0) {
+    d.images = d.images.to(device);
+    d.labels = d.labels.to(device);
+  }
+  return d;
+}
+
+// Whether to capture the step in a CUDA graph. Only with one rank: dtrun::ddp all-reduces through
+// libdtrt, whose NCCL calls run on libdtrt's own stream (ProcessGroup takes none) and wait for
+// completion on the host, which a stream capture can neither record nor allow.
+bool wantGraph(const Args& args, const rt::Context& ctx) {
+  if (!args.cudaGraph) {
+    return false;
+  }
+  if (ctx.worldSize > 1) {
+    if (ctx.rank == 0) {
+      std::cout << "cuda graph: not used: " << ctx.worldSize
+                << " ranks, and libdtrt's NCCL all_reduce (on its own stream, waited for on the "
+                   "host) cannot be captured; running eagerly"
+                << std::endl;
+    }
+    return false;
+  }
+  return true;
+}
+
+std::int64_t parameterCount(ResNet18& model) {
+  std::int64_t count = 0;
+  for (const auto& p : model->parameters()) {
+    count += p.numel();
+  }
+  return count;
+}
+
+void printThroughput(const Loop& loop, std::int64_t warmupSteps, bool graphUsed,
+                     double exposedComm) {
+  const auto& m = loop.timer.measured();
+  const auto& args = loop.args;
+  const double perRank = m.seconds > 0 ? static_cast<double>(m.images) / m.seconds : 0;
+  std::cout << "throughput: " << std::fixed << std::setprecision(1) << perRank * loop.ctx.worldSize
+            << " images/s (" << loop.ctx.worldSize << " rank"
+            << (loop.ctx.worldSize == 1 ? "" : "s") << ", " << m.steps << " steps after "
+            << warmupSteps << " warm-up, batch " << args.batchSize << " per rank, precision "
+            << args.precision << ", channels_last " << onOff(args.channelsLast) << ", cuda graph "
+            << onOff(graphUsed);
+  if (m.gpuSteps > 0) {
+    std::cout << ", gpu " << std::setprecision(2) << m.gpuMs / static_cast<double>(m.gpuSteps)
+              << " ms/step";
+  }
+  std::cout << ", exposed all_reduce " << std::setprecision(2) << exposedComm << " s)"
+            << std::defaultfloat << std::endl;
+}
+
 int run(const Args& args) {
   const auto ctx = rt::init();
   const bool lead = ctx.rank == 0;
@@ -278,26 +444,14 @@ int run(const Args& args) {
   }
   // Same seed everywhere, as in the seed script; DDP's broadcast would fix a difference anyway.
   torch::manual_seed(args.randomSeed);
-  const bool cuda = args.device == "cuda";
-  if (cuda && !torch::cuda::is_available()) {
-    throw std::runtime_error(
-        "--device cuda: libtorch sees no CUDA device (or was built without "
-        "CUDA); use --device cpu");
-  }
-  const torch::Device device =
-      cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(ctx.localRank))
-           : torch::Device(torch::kCPU);
-  // On a GPU the whole (CIFAR-sized) data set lives there: no host copy per step.
-  auto onDevice = [&](Dataset d) {
-    if (d.size() > 0) {
-      d.images = d.images.to(device);
-      d.labels = d.labels.to(device);
-    }
-    return d;
-  };
-  const auto train = onDevice(loadCifar(args.dataDir, true));
-  const auto test = onDevice(args.noEval || !lead ? Dataset{} : loadCifar(args.dataDir, false));
-  if (cuda) {
+  const auto device = pickDevice(args, ctx);
+  // Before any GPU work: the model, DDP (its gradient hooks run on the stream they were made
+  // on) and every step run on this stream.
+  const resnet_ddp::ComputeStream computeStream(device);
+  const auto train = onDevice(loadCifar(args.dataDir, true), device);
+  const auto test =
+      onDevice(args.noEval || !lead ? Dataset{} : loadCifar(args.dataDir, false), device);
+  if (device.is_cuda()) {
     at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: let cuDNN pick its fastest
   }
 
@@ -315,6 +469,10 @@ int run(const Args& args) {
                 << startEpoch + 1 << std::endl;
     }
   }
+  if (args.channelsLast) {  // after loading, which reads tensors back contiguous
+    resnet_ddp::toChannelsLast(*model);
+    resnet_ddp::momentumToChannelsLast(optimizer);
+  }
 
   dtrun::ddp::Options options;
   options.overlap = !args.noOverlap;
@@ -322,8 +480,8 @@ int run(const Args& args) {
   // One group: DDP broadcasts on it (and derives its communication thread's group from it); the
   // demo averages the progress lines' losses and waits for rank 0's evaluation on it.
   const auto group = rt::ProcessGroup::create(
-      ctx, cuda ? rt::Backend::kNccl
-                : (args.backend == "gloo" ? rt::Backend::kGloo : rt::Backend::kTcp));
+      ctx, device.is_cuda() ? rt::Backend::kNccl
+                            : (args.backend == "gloo" ? rt::Backend::kGloo : rt::Backend::kTcp));
   dtrun::ddp::DistributedDataParallel ddp(*group, model.ptr(), options);
 
   dtrun::ddp::DistributedSampler sampler(static_cast<std::size_t>(train.size()), ctx.rank,
@@ -333,126 +491,51 @@ int run(const Args& args) {
   if (args.maxSteps > 0) {
     stepsPerEpoch = std::min<std::int64_t>(stepsPerEpoch, args.maxSteps);
   }
-  std::int64_t parameterCount = 0;
-  for (const auto& p : model->parameters()) {
-    parameterCount += p.numel();
-  }
+  const bool graph = wantGraph(args, ctx);
   if (lead) {
+    const int threads = torch::get_num_threads();
     std::cout << "resnet_ddp: " << ctx.worldSize << " rank" << (ctx.worldSize == 1 ? "" : "s")
               << ", " << train.size() << " train / " << test.size()
-              << " test images, ResNet-18 width " << args.width << " (" << parameterCount
+              << " test images, ResNet-18 width " << args.width << " (" << parameterCount(model)
               << " parameters, " << ddp.bucketCount() << " bucket"
               << (ddp.bucketCount() == 1 ? "" : "s") << "), batch " << args.batchSize
-              << " per rank, " << stepsPerEpoch << " steps per epoch, " << torch::get_num_threads()
-              << " thread" << (torch::get_num_threads() == 1 ? "" : "s") << " per rank"
-              << std::endl;
+              << " per rank, " << stepsPerEpoch << " steps per epoch, " << threads << " thread"
+              << (threads == 1 ? "" : "s") << " per rank, precision " << args.precision
+              << ", channels_last " << onOff(args.channelsLast) << ", cuda graph "
+              << (graph ? "wanted" : "off") << std::endl;
   }
 
-  torch::nn::CrossEntropyLoss criterion;
-  using Clock = std::chrono::steady_clock;
-  const auto totalSteps = (args.numEpochs - startEpoch) * stepsPerEpoch;
-  std::int64_t stepsDone = 0;
-  double trainSeconds = 0;     // all steps, for the ETA
-  double measuredSeconds = 0;  // after the warm-up, for the throughput figure
-  std::int64_t measuredSteps = 0;
-  std::int64_t measuredImages = 0;
+  const resnet_ddp::Normaliser normalise(device, args.channelsLast);
+  // Grads set to none between steps, as Python's default, where nothing needs their memory
+  // kept: DDP's bucket views (several ranks) and a graph's fixed addresses do.
+  Training training(model, optimizer, ddp, train, normalise, device, args.precision == "bf16",
+                    /*setToNone=*/ctx.worldSize == 1 && !graph);
+  StepRunner runner(training, graph, args.batchSize, lead);
+  // With a graph, the capture step stays out of the measured window.
+  const std::int64_t warmupSteps =
+      graph ? std::max<std::int64_t>(args.warmupSteps, kGraphWarmupSteps + 1) : args.warmupSteps;
+  StepTimer timer(device, warmupSteps);
+  Loop loop{.args = args,
+            .ctx = ctx,
+            .group = *group,
+            .sampler = sampler,
+            .training = training,
+            .runner = runner,
+            .timer = timer,
+            .model = model,
+            .optimizer = optimizer,
+            .test = test,
+            .normalise = normalise,
+            .device = device,
+            .checkpoint = checkpoint,
+            .shard = shard,
+            .stepsPerEpoch = stepsPerEpoch,
+            .totalSteps = (args.numEpochs - startEpoch) * stepsPerEpoch};
   for (std::int64_t epoch = startEpoch; epoch < args.numEpochs; ++epoch) {
-    sampler.setEpoch(epoch);
-    const auto indices = sampler.indices();
-    const auto indexTensor =
-        torch::from_blob(const_cast<std::int64_t*>(indices.data()),  // NOLINT: read only
-                         {static_cast<std::int64_t>(indices.size())}, torch::kLong)
-            .to(device);
-    std::mt19937_64 rng(args.randomSeed * 7919ULL + static_cast<std::uint64_t>(epoch) * 104729ULL +
-                        static_cast<std::uint64_t>(ctx.rank));
-    model->train();
-    double windowLoss = 0;
-    double windowSeconds = 0;
-    std::int64_t windowSteps = 0;
-    std::int64_t windowImages = 0;
-    for (std::int64_t step = 0; step < stepsPerEpoch; ++step) {
-      const auto t0 = Clock::now();
-      const auto first = step * args.batchSize;
-      const auto n = std::min<std::int64_t>(args.batchSize, shard - first);
-      const auto batchIdx = indexTensor.narrow(0, first, n);
-      auto images = train.images.index_select(0, batchIdx);
-      if (!args.noAugment) {
-        images = augment(images, rng);
-      }
-      const auto labels = train.labels.index_select(0, batchIdx);
-      ddp.prepareForward();
-      optimizer.zero_grad();
-      auto loss = criterion(model->forward(normalise(images)), labels);
-      loss.backward();
-      ddp.synchronizeGradients();
-      optimizer.step();
-      // item() waits for the step's kernels: on a GPU the time is then the step's, not only that
-      // of queueing it.
-      windowLoss += loss.item<double>();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      ++stepsDone;
-      trainSeconds += seconds;
-      windowSeconds += seconds;
-      ++windowSteps;
-      windowImages += n;
-      if (stepsDone > args.warmupSteps) {
-        measuredSeconds += seconds;
-        ++measuredSteps;
-        measuredImages += n;
-      }
-      if ((step + 1) % args.logEvery == 0 || step + 1 == stepsPerEpoch) {
-        // Every rank reaches this line at the same step: average the losses and image counts.
-        // On the group's device: a kNccl group reduces GPU memory only.
-        auto statsTensor = torch::tensor({windowLoss / static_cast<double>(windowSteps),
-                                          static_cast<double>(windowImages)},
-                                         torch::kDouble)
-                               .to(device);
-        if (cuda) {
-          torch::cuda::synchronize(device.index());  // the copy is done before NCCL reads it
-        }
-        group->allReduce(dtrun::ddp::bufferOf(statsTensor), rt::ReduceOp::kSum);
-        statsTensor = statsTensor.cpu();
-        const std::vector<double> stats = {statsTensor[0].item<double>(),
-                                           statsTensor[1].item<double>()};
-        if (lead) {
-          const double eta = trainSeconds / static_cast<double>(stepsDone) *
-                             static_cast<double>(totalSteps - stepsDone);
-          std::cout << "epoch " << epoch + 1 << "/" << args.numEpochs << " step " << step + 1 << "/"
-                    << stepsPerEpoch << " loss " << std::fixed << std::setprecision(4)
-                    << stats[0] / ctx.worldSize << " images/s " << std::setprecision(1)
-                    << stats[1] / windowSeconds << std::defaultfloat << " eta " << hms(eta)
-                    << std::endl;
-        }
-        windowLoss = 0;
-        windowSeconds = 0;
-        windowSteps = 0;
-        windowImages = 0;
-      }
-    }
-    if (lead) {
-      std::ostringstream line;
-      line << "epoch " << epoch + 1 << "/" << args.numEpochs << ":";
-      if (!args.noEval) {
-        line << " test accuracy " << std::fixed << std::setprecision(4)
-             << evaluate(model, test, 256) << " (" << test.size() << " images)";
-      }
-      if (!args.noSave) {
-        fs::create_directories(args.modelDir);
-        saveCheckpoint(model, optimizer, epoch + 1, checkpoint);
-        line << (args.noEval ? "" : ",") << " checkpoint " << checkpoint.string();
-      }
-      std::cout << line.str() << std::endl;
-    }
-    group->barrier();  // the others wait while rank 0 evaluates and saves
+    runEpoch(loop, epoch);
   }
   if (lead) {
-    const double perRank =
-        measuredSeconds > 0 ? static_cast<double>(measuredImages) / measuredSeconds : 0;
-    std::cout << "throughput: " << std::fixed << std::setprecision(1) << perRank * ctx.worldSize
-              << " images/s (" << ctx.worldSize << " rank" << (ctx.worldSize == 1 ? "" : "s")
-              << ", " << measuredSteps << " steps after " << args.warmupSteps << " warm-up, batch "
-              << args.batchSize << " per rank, exposed all_reduce " << std::setprecision(2)
-              << ddp.exposedCommSeconds() << " s)" << std::endl;
+    printThroughput(loop, warmupSteps, runner.graphUsed(), ddp.exposedCommSeconds());
   }
   return 0;
 }
@@ -503,7 +586,26 @@ int main(int argc, char** argv) {
     app.add_option("--device", a.device, "cpu, or cuda: this rank's GPU with the NCCL backend")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
+    app.add_option("--precision", a.precision,
+                   "fp32, or bf16: forward and loss under bf16 autocast (backward and the "
+                   "optimizer step outside it)")
+        ->check(CLI::IsMember({"fp32", "bf16"}))
+        ->capture_default_str();
+    app.add_flag("--channels-last,--channels_last", a.channelsLast,
+                 "Convolution weights and input batches in channels-last (NHWC) layout");
+    app.add_flag("--cuda-graph,--cuda_graph", a.cudaGraph,
+                 "Capture the whole training step as a CUDA graph and replay it (--device cuda, "
+                 "one rank, a GPU build)");
     CLI11_PARSE(app, argc, argv);
+    if (a.cudaGraph && (a.device != "cuda" || !resnet_ddp::kCudaGraphsBuilt)) {
+      std::cerr << "resnet_ddp: --cuda-graph needs "
+                << (a.device != "cuda"
+                        ? "--device cuda"
+                        : "a build with CUDA graph support (scripts/gpu/build_resnet_ddp.sh "
+                          "against a CUDA torch; this one was built without DTRUN_TORCH_CUDA)")
+                << std::endl;
+      return 2;
+    }
     return run(a);
   } catch (const std::exception& e) {
     std::cerr << "resnet_ddp: " << e.what() << std::endl;

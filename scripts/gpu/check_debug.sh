@@ -26,7 +26,7 @@ if want debug; then
   [[ $fr_rc -ne 0 && $named -ge 1 && $record == *entries=* && $record != *entries=0* ]] && s=PASS || s=FAIL
   row "flight recorder" "$s" "exit $fr_rc; ${hang:-no hang line}; stack.txt names the dump: $named; dump: $record"
 
-  run debug-server 150 "$dtrun" --nproc_per_node=1 "$checks" debug_server
+  run debug-server 100 "$dtrun" --nproc_per_node=1 "$checks" debug_server
   r=$(results debug_server debug-server)
   if [[ $r == *present=0* ]]; then
     row "torch.distributed.debug" INFO "not in this torch: $r"

@@ -32,7 +32,7 @@ public_start() {
     accelerate)
       cmd+=("$accelerate_script") ;;
   esac
-  (cd "$dir" && timeout 300 "${cmd[@]}" >"$out/public-$script-$who.log" 2>&1; echo $? >"$dir.rc") &
+  (cd "$dir" && timeout 150 "${cmd[@]}" >"$out/public-$script-$who.log" 2>&1; echo $? >"$dir.rc") &
 }
 
 # What a run left that the other launcher's run must match: its exit code, the checkpoints it

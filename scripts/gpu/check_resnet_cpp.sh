@@ -56,7 +56,7 @@ else
     shift 2
     cpp_speed "resnet-cpp-$label" "$@"
     local c=$speed c_util=$util c_line
-    c_line=$(grep -m1 -E '^throughput: |^cuda graph: ' "$out/resnet-cpp-$label.log" | cut -c1-120)
+    c_line=$(grep -m1 -E '^throughput: |^cuda graph: ' "$out/resnet-cpp-$label.log" | cut -c1-240)
     torch_speed "resnet-torch-$label" "$precision"
     local t=$speed r s
     r=$(awk -v a="${c:-0}" -v b="${t:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')
@@ -73,7 +73,5 @@ else
   graph=(--cuda-graph)
   [[ $dev == cuda ]] || graph=()
   pair fastest bf16 --precision bf16 --channels-last "${graph[@]}"
-  cpp_speed resnet-cpp-bf16-cl --precision bf16 --channels-last
-  row "resnet-18 c++ bf16 channels-last" INFO "eager, no graph: ${speed:-?} images/s (GPU p90 ${util}%): what the graph adds is the difference to the row above"
 fi
 fi

@@ -374,8 +374,8 @@ def mode_debug_server():
         time.sleep(0.5)
         status, index = get("/", 5)
     pages = {"/": status}
-    for path in sorted(set(re.findall(r'href="(/[^"]*)"', index)))[:8]:
-        pages[path] = get(path, 60)[0]
+    for path in sorted(set(re.findall(r'href="(/[^"]*)"', index)))[:6]:
+        pages[path] = get(path, 15)[0]
     debug.stop_debug_server()
     ok = sum(1 for code in pages.values() if code == 200)
     result("debug_server", present=1, pages_ok=f"{ok}/{len(pages)}",

@@ -66,6 +66,17 @@ struct Options {
 // the grads, with no copy either way; the constructor gives every parameter such a grad (zeros,
 // or its current grad's values). Optimizer::zero_grad() keeps them; a grad reset to undefined
 // or replaced is copied in once and shares the bucket again after synchronizeGradients().
+// Grads take their parameter's layout (channels-last weights get channels-last grads).
+//
+// On a GPU, construct it and train on one CUDA stream: the gradient hooks run on the stream
+// current at construction. A bucket's all_reduce starts once its gradients are computed (a CUDA
+// event where built with DTRUN_TORCH_CUDA, else a device-wide synchronize) and runs on libdtrt's
+// NCCL stream. That stream is a blocking one, so it overlaps backward only when training runs on
+// a non-default stream (a c10::cuda::CUDAStreamGuard around a pool stream, as demos/resnet_ddp
+// does); on the legacy default stream it queues behind the work already there. libdtrt returns
+// when NCCL has finished, so after synchronizeGradients() every stream sees the means; the
+// broadcasts synchronize the device first. Nothing here can be captured in a CUDA graph with
+// more than one rank: libdtrt's NCCL calls run on its own stream and are waited for on the host.
 class DistributedDataParallel {
  public:
   DistributedDataParallel(runtime::ProcessGroup& group, std::shared_ptr<torch::nn::Module> module,
@@ -120,8 +131,10 @@ class DistributedSampler {
   std::size_t numSamples_;
 };
 
-// A libdtrt view of a contiguous tensor (float32/64, int32/64, uint8, float16, bfloat16; CPU or
-// CUDA). Throws std::invalid_argument for other dtypes or non-contiguous tensors.
+// A libdtrt view of a dense tensor (float32/64, int32/64, uint8, float16, bfloat16; CPU or
+// CUDA): its numel() elements in memory order, which is its logical order when it is contiguous
+// and, for another dense layout such as channels-last, the same on every rank that shares the
+// layout. Throws std::invalid_argument for other dtypes or tensors with gaps or overlaps.
 runtime::Buffer bufferOf(const torch::Tensor& tensor);
 
 }  // namespace dtrun::ddp
