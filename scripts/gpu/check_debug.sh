@@ -7,7 +7,7 @@
 #                    worker registered in dtrun's store: every page its index links to.
 # Not run (one GPU): the flight recorder's cross-rank analysis (a mismatch between ranks' records
 # needs two NCCL ranks, which need two GPUs).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # the variables are gpu-check.sh's
 if want debug; then
   frwork=$(mktemp -d)
   run fr-hang 120 "$dtrun" --nproc_per_node=1 --hang_timeout=10 --log_dir="$frwork/logs" "$checks" fr_hang

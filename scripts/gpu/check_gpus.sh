@@ -2,18 +2,19 @@
 # `dtrun gpus RUN_DIR --json` (NVML, the real driver) against nvidia-smi, read in the same second,
 # three times, while a rank trains ResNet-18 under dtrun: each GPU's utilisation and memory used,
 # and its compute processes, each named as the rank dtrun started.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # the variables are gpu-check.sh's
 if want gpus; then
   gpuwork=$(mktemp -d)
   "$dtrun" --nproc_per_node=1 --log_dir="$gpuwork/logs" "$checks" resnet_speed bf16 4000 \
     >"$out/gpus-train.log" 2>&1 &
   trainer=$!
-  # Until the rank holds GPU memory and trains (nvidia-smi lists it), at most 60 s.
+  # Until the rank trains (the GPU over 50 % busy), at most 60 s: the process shows in nvidia-smi
+  # seconds before its first step (CUDA's context, NCCL, cuDNN's benchmark), at 0 % in both tools.
   for _ in $(seq 120); do
-    [[ -n $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null) ]] && break
+    busy=$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null | sort -n | tail -n1)
+    [[ ${busy:-0} -lt 50 ]] || break
     sleep 0.5
   done
-  sleep 3  # past cuDNN's benchmark and warm-up: steady utilisation
   run_dir=$(find "$gpuwork/logs" -mindepth 1 -maxdepth 1 -type d | head -n1)
   : >"$out/gpus-samples.txt"
   for i in 1 2 3; do

@@ -3,7 +3,7 @@
 # (tests/data/public_scripts, their origins and licences in its README), each run under dtrun and
 # under torchrun, in a directory of its own, all eight at once (the outcome is compared, not the
 # speed). One row per script: exit codes, checkpoints and loss lines, side by side.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # the variables are gpu-check.sh's
 pub=$repo/tests/data/public_scripts
 read -r -a torchrun <<<"${TORCHRUN:-$py -m torch.distributed.run}"
 nanogpt_args=(--dataset=synthetic --compile=False --n_layer=2 --n_head=4 --n_embd=128

@@ -97,10 +97,10 @@ TEST_CASE("gpu readings: the workers a run directory records") {
   writeText(dir / "attempt_0/1/environment", "LOCAL_RANK=1\nRANK=3\n");
   // attempt_1-round3: rank 3 again; a pid record with no environment record is nobody's.
   writeText(dir / "attempt_1-round3/1/environment", "RANK=3\nLOCAL_RANK=1\n");
-  writeText(dir / "attempt_1-round3/1/pid", "5151 777\n");
-  writeText(dir / "attempt_1-round3/0/pid", "5150 776\n");
+  writeText(dir / "attempt_1-round3/1/worker_pid", "5151 777\n");
+  writeText(dir / "attempt_1-round3/0/worker_pid", "5150 776\n");
   writeText(dir / "other/0/environment", "RANK=9\nLOCAL_RANK=9\n");  // not an attempt
-  writeText(dir / "other/0/pid", "9999 1\n");
+  writeText(dir / "other/0/worker_pid", "9999 1\n");
 
   const auto workers = readWorkerPids(dir);
   REQUIRE(workers.size() == 2);
@@ -116,7 +116,7 @@ TEST_CASE("gpu readings: the workers a run directory records") {
   CHECK(workers[1].attempt == "attempt_1-round3");
 
   std::string line;
-  std::getline(std::ifstream(dir / "attempt_0/0/pid"), line);
+  std::getline(std::ifstream(dir / "attempt_0/0/worker_pid"), line);
   CHECK(line == std::to_string(::getpid()) + " " + std::to_string(workers[0].startTicks));
   CHECK(readWorkerPids(dir / "absent").empty());
 }

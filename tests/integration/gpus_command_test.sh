@@ -52,17 +52,17 @@ g2=$(cat "$work/gpu_pid.2")
 # Until each has exec'd sleep (a child is bash for a moment after its fork) and every pid record
 # is there (written after each spawn).
 until [[ $(cat "/proc/$g0/comm" "/proc/$g1/comm" "/proc/$g2/comm" "/proc/$foreign/comm" 2>&1) == \
-  $'sleep\nsleep\nsleep\nsleep' && -s $run/attempt_0/2/pid ]]; do
+  $'sleep\nsleep\nsleep\nsleep' && -s $run/attempt_0/2/worker_pid ]]; do
   ((SECONDS < LIMIT)) || die "the workers' processes did not become sleep within $LIMIT s"
   sleep 0.1
 done
 # Each rank's record: its worker's pid and start time (/proc/<pid>/stat's 22nd field).
 for r in 0 1 2; do
-  read -r pid start <"$run/attempt_0/$r/pid" || note_fail "attempt_0/$r/pid unreadable"
+  read -r pid start <"$run/attempt_0/$r/worker_pid" || note_fail "attempt_0/$r/worker_pid unreadable"
   want=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
-  [[ $start == "$want" ]] || note_fail "attempt_0/$r/pid: start $start, /proc says $want"
+  [[ $start == "$want" ]] || note_fail "attempt_0/$r/worker_pid: start $start, /proc says $want"
 done
-[[ $(ps -o ppid= -p "$g2" | tr -d ' ') != "$(cut -d' ' -f1 "$run/attempt_0/2/pid")" ]] ||
+[[ $(ps -o ppid= -p "$g2" | tr -d ' ') != "$(cut -d' ' -f1 "$run/attempt_0/2/worker_pid")" ]] ||
   note_fail "rank 2's process is still its worker's child: the orphan case is not tried"
 
 export FAKE_NVML_PROCESSES="0:$g0:812,0:$foreign:100,1:$g1:900,1:$g2:700"

@@ -1,7 +1,7 @@
-// Each worker's pid record in its rank directory (<attempt dir>/<local rank>/pid), written at
-// every spawn, and the /proc facts that tell that worker from a later process given the same pid:
-// what `dtrun gpus RUN_DIR` reads to name the rank of a process on a GPU. Plain functions, no
-// state; safe from any thread.
+// Each worker's pid record in its rank directory (<attempt dir>/<local rank>/worker_pid; not `pid`,
+// a name workers write themselves), written at every spawn, and the /proc facts that tell that
+// worker from a later process given the same pid: what `dtrun gpus RUN_DIR` reads to name the rank
+// of a process on a GPU. Plain functions, no state; safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace dtrun::agent::detail {
 // The record's name in a rank directory. Its one line is "<pid> <start>": the start is the
 // process's start time in clock ticks after boot (/proc/<pid>/stat's 22nd field), which a later
 // process with the same pid does not share. `read pid start < pid` in a shell.
-inline constexpr std::string_view kWorkerPidFile = "pid";
+inline constexpr std::string_view kWorkerPidFile = "worker_pid";
 
 // What dtrun needs of /proc/<pid>/stat.
 struct ProcStat {
@@ -35,7 +35,7 @@ std::optional<ProcStat> parseProcStat(std::string_view line);
 // The live process's facts; nullopt when it is gone (or this process may not see it).
 std::optional<ProcStat> readProcStat(unsigned pid);
 
-// Writes <rankDir>/pid for the worker `pid` just started (the same cost as its environment
+// Writes <rankDir>/worker_pid for the worker `pid` just started (the same cost as its environment
 // record: a read of /proc/<pid>/stat and one small file). A directory that cannot take it loses
 // only the record: `dtrun gpus` then does not name that rank.
 void writeWorkerPid(const std::filesystem::path& rankDir, pid_t pid);
