@@ -5,6 +5,9 @@
 #include <cctype>
 #include <iostream>
 #include <regex>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "dtrun/launcher.h"
 
@@ -213,8 +216,105 @@ std::string envName(std::string_view dest) {
   return name;
 }
 
+namespace {
+
+// `dtrun --help` by topic, in this order: what to run first, then where and how it recovers, then
+// what it shows. Every option has one (options_test checks).
+constexpr std::array<std::string_view, 9> kTopics = {
+    "Workers",   "Nodes and rendezvous", "Restarts and stopping", "Placement", "Logs and console",
+    "Diagnosis", "Health checks",        "Schedulers and ssh",    "dtrun"};
+
+constexpr std::array<std::pair<std::string_view, std::string_view>, 65> kTopicOf = {{
+    {"nproc_per_node", "Workers"},
+    {"module", "Workers"},
+    {"no_python", "Workers"},
+    {"run_path", "Workers"},
+    {"role", "Workers"},
+    {"start_method", "Workers"},
+    {"nnodes", "Nodes and rendezvous"},
+    {"node_rank", "Nodes and rendezvous"},
+    {"rdzv_backend", "Nodes and rendezvous"},
+    {"rdzv_endpoint", "Nodes and rendezvous"},
+    {"rdzv_id", "Nodes and rendezvous"},
+    {"rdzv_conf", "Nodes and rendezvous"},
+    {"standalone", "Nodes and rendezvous"},
+    {"master_addr", "Nodes and rendezvous"},
+    {"master_port", "Nodes and rendezvous"},
+    {"local_addr", "Nodes and rendezvous"},
+    {"max_restarts", "Restarts and stopping"},
+    {"monitor_interval", "Restarts and stopping"},
+    {"restart_backoff", "Restarts and stopping"},
+    {"restart_backoff_max", "Restarts and stopping"},
+    {"max_no_progress_attempts", "Restarts and stopping"},
+    {"progress_file", "Restarts and stopping"},
+    {"signals_to_handle", "Restarts and stopping"},
+    {"shutdown_timeout", "Restarts and stopping"},
+    {"kill_wait", "Restarts and stopping"},
+    {"numa_binding", "Placement"},
+    {"cpu_binding", "Placement"},
+    {"gpus", "Placement"},
+    {"gpus_per_worker", "Placement"},
+    {"workers_per_gpu", "Placement"},
+    {"virtual_local_rank", "Placement"},
+    {"log_dir", "Logs and console"},
+    {"redirects", "Logs and console"},
+    {"tee", "Logs and console"},
+    {"local_ranks_filter", "Logs and console"},
+    {"logs_specs", "Logs and console"},
+    {"duplicate_stdout_filters", "Logs and console"},
+    {"duplicate_stderr_filters", "Logs and console"},
+    {"log_line_prefix_template", "Logs and console"},
+    {"console", "Logs and console"},
+    {"event_log", "Logs and console"},
+    {"event_log_handler", "Logs and console"},
+    {"dry_run", "Diagnosis"},
+    {"report", "Diagnosis"},
+    {"hang_timeout", "Diagnosis"},
+    {"python_hook", "Diagnosis"},
+    {"verbose", "Diagnosis"},
+    {"health_checks", "Health checks"},
+    {"health_check_timeout", "Health checks"},
+    {"health_min_free_mb", "Health checks"},
+    {"health_min_open_files", "Health checks"},
+    {"health_gpu_memory_wait", "Health checks"},
+    {"health_net_min_gbps", "Health checks"},
+    {"health_net_max_rtt_us", "Health checks"},
+    {"scheduler", "Schedulers and ssh"},
+    {"hostfile", "Schedulers and ssh"},
+    {"hosts", "Schedulers and ssh"},
+    {"include", "Schedulers and ssh"},
+    {"exclude", "Schedulers and ssh"},
+    {"export", "Schedulers and ssh"},
+    {"remote_workdir", "Schedulers and ssh"},
+    {"remote_dtrun", "Schedulers and ssh"},
+    {"ssh_config", "Schedulers and ssh"},
+    {"watch_stdin", "Schedulers and ssh"},
+    {"log_level", "dtrun"},
+}};
+
+}  // namespace
+
+std::string_view optionTopic(std::string_view dest) {
+  for (const auto& [name, topic] : kTopicOf) {
+    if (name == dest) {
+      return topic;
+    }
+  }
+  return {};
+}
+
 void addLaunchOptions(CLI::App& app, RawOptions& raw) {
-  for (const OptionSpec& spec : kOptions) {
+  // Registered topic by topic: CLI11's help lists groups in the order it first meets them.
+  std::vector<const OptionSpec*> ordered;
+  for (const std::string_view topic : kTopics) {
+    for (const OptionSpec& spec : kOptions) {
+      if (optionTopic(spec.dest) == topic) {
+        ordered.push_back(&spec);
+      }
+    }
+  }
+  for (const OptionSpec* specPtr : ordered) {
+    const OptionSpec& spec = *specPtr;
     std::vector<std::string> names;
     if (!spec.shortName.empty()) {
       names.emplace_back(spec.shortName);
@@ -238,15 +338,18 @@ void addLaunchOptions(CLI::App& app, RawOptions& raw) {
       help += " [env " + envName(spec.dest) + "]";
     }
     const std::string dest(spec.dest);
+    const std::string topic(optionTopic(spec.dest));
     if (spec.kind == Kind::kFlag) {
       app.add_flag_callback(
-          joined, [&raw, dest] { raw.given[dest] = "1"; }, help);
+             joined, [&raw, dest] { raw.given[dest] = "1"; }, help)
+          ->group(topic);
     } else {
       app.add_option_function<std::string>(
              joined, [&raw, dest](const std::string& value) { raw.given[dest] = value; }, help)
           // argparse: the last one wins; every --export counts (joined by newlines).
           ->multi_option_policy(dest == "export" ? CLI::MultiOptionPolicy::Join
-                                                 : CLI::MultiOptionPolicy::TakeLast);
+                                                 : CLI::MultiOptionPolicy::TakeLast)
+          ->group(topic);
     }
   }
   app.prefix_command();

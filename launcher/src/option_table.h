@@ -34,6 +34,8 @@ const OptionSpec* findSpec(std::string_view dest);
 std::string flagName(std::string_view dest);
 // Its environment variable: "PET_NPROC_PER_NODE".
 std::string envName(std::string_view dest);
+// The heading `dtrun --help` lists it under ("Workers", "Placement", ...); "" for none.
+std::string_view optionTopic(std::string_view dest);
 
 // Registers every torchrun option (dash and underscore spellings, -m, -r, -t) plus --log-level
 // on `app`; parsing stores their text into `raw` (which must outlive the parse). Enables

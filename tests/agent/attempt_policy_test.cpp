@@ -1,4 +1,4 @@
-// The failure and restart rules of README.md ("Exit codes", "Many nodes"), one case per row,
+// The failure and restart rules of docs/exit-codes.md and docs/multi-node.md, one case per row,
 // checked on the pure policy: no process, no store, no clock.
 #include "job/attempt_policy.h"
 

@@ -64,7 +64,7 @@ cmake --install "$BUILD" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
   die "cmake --install exited $?: $(tail -n 5 "$work/install.log")"
 for f in bin/dtrun bin/dtrun-netcheck share/dtrun/python/sitecustomize.py \
   share/dtrun/python/dtrun_torch_hook.py share/dtrun/python/dtrun_progress.py \
-  share/doc/dtrun/README.md; do
+  share/doc/dtrun/README.md share/doc/dtrun/docs/launching.md share/doc/dtrun/docs/gpu.md; do
   [[ -e $work/prefix/$f ]] || die "cmake --install: $f is missing"
 done
 runs_from "$work/prefix/bin/dtrun" "$work/prefix/share/dtrun/python"
