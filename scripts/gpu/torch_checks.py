@@ -193,16 +193,23 @@ def mode_accelerate(device):
            version=accelerate.__version__)
 
 
-def mode_resnet(kind, steps, ckpt_dir, precision="bf16"):
+def resnet_on_this_gpu():
+    """ResNet18's class (the same model as bench/ddp and demos/resnet_ddp) and the local rank,
+    whose GPU is now the current one, cuDNN's benchmark on."""
     repo = os.environ.get("DTRUN_REPO",
                           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     sys.path.insert(0, os.path.join(repo, "bench", "ddp"))
-    from torch_resnet_ddp import ResNet18  # the same model as bench/ddp and demos/resnet_ddp
+    from torch_resnet_ddp import ResNet18
 
-    steps = int(steps)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     torch.backends.cudnn.benchmark = True
+    return ResNet18, local
+
+
+def mode_resnet(kind, steps, ckpt_dir, precision="bf16"):
+    ResNet18, local = resnet_on_this_gpu()
+    steps = int(steps)
     ddp = kind == "ddp"
     if ddp:
         dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=120))
@@ -276,15 +283,8 @@ def resnet_step_fn(model, opt, bf16):
 
 
 def mode_resnet_speed(precision, steps):
-    repo = os.environ.get("DTRUN_REPO",
-                          os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    sys.path.insert(0, os.path.join(repo, "bench", "ddp"))
-    from torch_resnet_ddp import ResNet18
-
+    ResNet18, local = resnet_on_this_gpu()
     steps = int(steps)
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    torch.backends.cudnn.benchmark = True
     dist.init_process_group("nccl", init_method="env://", timeout=timedelta(seconds=120))
     torch.manual_seed(0)
     bf16 = precision != "fp32"
