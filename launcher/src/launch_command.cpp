@@ -100,7 +100,8 @@ int LaunchCommand::runAgent(std::string_view versionLine,
       return 1;
     }
   }
-  log::launcher().info("{}", launchBanner(*plan_));
+  // torchrun prints nothing here; one line says what runs, --verbose the whole configuration.
+  log::launcher().info("{}", plan_->config.verbose ? launchBanner(*plan_) : launchSummary(*plan_));
   agent::AgentConfig config = plan_->config;
   config.dtrunVersion = versionLine;
   config.commandLine = std::move(commandLine);

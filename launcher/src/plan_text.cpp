@@ -94,6 +94,27 @@ std::string launchBanner(const LaunchPlan& plan) {
   return text;
 }
 
+std::string launchSummary(const LaunchPlan& plan) {
+  const agent::AgentConfig& config = plan.config;
+  const std::string workers =
+      std::to_string(config.nprocPerNode) + (config.nprocPerNode == 1 ? " worker" : " workers");
+  std::string nodes = std::to_string(plan.minNodes);
+  if (plan.maxNodes != plan.minNodes) {
+    nodes += "-" + std::to_string(plan.maxNodes);
+  }
+  nodes += plan.maxNodes == 1 ? " node" : " nodes";
+  std::string text = "dtrun: " + config.entrypointName + ", " + workers + " per node, " + nodes +
+                     ", run " + config.runId;
+  // plan.scheduler reads "none (...)" when no batch scheduler or MPI launcher was found.
+  if (!plan.scheduler.starts_with("none")) {
+    text += "; scheduler: " + plan.scheduler;
+  }
+  if (!config.logDir.empty()) {
+    text += "; logs in " + (config.discardsLogs() ? std::string("(none)") : config.logDir);
+  }
+  return text + " (--verbose: the launch configs)";
+}
+
 std::string dryRunText(const LaunchPlan& plan, const std::vector<std::string>& inherited) {
   const agent::AgentConfig& config = plan.config;
   const auto& multi = config.multiNode;

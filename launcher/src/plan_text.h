@@ -8,8 +8,13 @@
 
 namespace dtrun::launcher {
 
-// torchrun's launch banner (entrypoint, nodes, nproc, run id, rendezvous, restarts, logs, signals).
+// torchrun's launch banner (entrypoint, nodes, nproc, run id, rendezvous, restarts, logs, signals):
+// what --verbose and --dry-run print.
 std::string launchBanner(const LaunchPlan& plan);
+
+// The one line a launch prints by default: what runs, how many ranks, the run id, the scheduler
+// when one was read, and where the logs go when --log_dir says.
+std::string launchSummary(const LaunchPlan& plan);
 
 // What --dry-run prints: the banner, this node's rank table and, for each worker, the
 // environment variables dtrun sets beyond `inherited` ("NAME=value", the launcher's environ).

@@ -79,7 +79,7 @@ port=$((20000 + run_id % 10000))
 [[ $(grep -c "MASTER_ADDR=127.0.0.1 MASTER_PORT=$port " "$work/run.out") -eq 4 ]] ||
   die "expected MASTER_ADDR=127.0.0.1 MASTER_PORT=$port on every worker: $(cat "$work/run.out")"
 for node in 0 1; do
-  grep -q "scheduler           : mpi (mpirun) job $run_id: 2 nodes from OMPI_COMM_WORLD_SIZE=2, this is node $node (OMPI_COMM_WORLD_RANK=$node)" \
+  grep -q "scheduler: mpi (mpirun) job $run_id: 2 nodes from OMPI_COMM_WORLD_SIZE=2, this is node $node (OMPI_COMM_WORLD_RANK=$node)" \
     "$work/run.err" || die "no banner line for node $node: $(grep scheduler "$work/run.err")"
 done
 grep -q "master_addr=127.0.0.1 (mpirun's address in OMPI_MCA_orte_hnp_uri" "$work/run.err" ||

@@ -87,7 +87,7 @@ check() {
   [[ $(grep -c "RUN_ID=$id " <<<"$lines") -eq 4 ]] || note_fail "$name: TORCHELASTIC_RUN_ID is not $id everywhere"
   [[ $(grep "HOST=$node0\$" <<<"$lines" | grep -c "GROUP_RANK=0 ") -eq 2 ]] ||
     note_fail "$name: $node0 (the node file's first host) is not node 0"
-  grep -q "scheduler           : pbs job $id: 2 nodes from PBS_NODEFILE=$work/$name.nodefile" "$work/$name.0.out" ||
+  grep -q "scheduler: pbs job $id: 2 nodes from PBS_NODEFILE=$work/$name.nodefile" "$work/$name.0.out" ||
     note_fail "$name: the banner does not name PBS_NODEFILE"
   echo "pbs_netns_test: $name ok (ranks 0..3, node 0 = $node0, master $first:$((20000 + ${id%%.*})))"
 }

@@ -73,7 +73,7 @@ fi
 before=$fail_count
 if [[ " ${allowed[*]} " == *" 0 "* && " ${allowed[*]} " == *" 1 "* ]]; then
   run numa DTRUN_SYSFS_ROOT="$TOPOLOGIES/pair-2n2g" -- --nproc_per_node=gpu --numa-binding=node \
-    --virtual-local-rank --report="$work/numa.json"
+    --virtual-local-rank --verbose --report="$work/numa.json"
   [[ $rc -eq 0 ]] || note_fail "numa: dtrun exited $rc: $(tail -n 3 "$work/numa.err")"
   expect_line numa 0 local=0 cpus=0 cvd=0 omp=1 dtrun_cpus=0 numa=0 gpus=0
   expect_line numa 1 local=0 cpus=1 cvd=1 omp=1 dtrun_cpus=1 numa=1 gpus=1

@@ -104,7 +104,7 @@ expect_alive() {  # <scenario> <when>
 
 # ---------------------------------------------------------------------------------------------
 start usr slow slow
-grep -q "scheduler           : slurm job $job.0: 2 nodes from SLURM_STEP_NODELIST=localhost,localhost" "$work/usr.0.out" ||
+grep -q "scheduler: slurm job $job.0: 2 nodes from SLURM_STEP_NODELIST=localhost,localhost" "$work/usr.0.out" ||
   die "usr: expected the banner's scheduler row, got: $(grep scheduler "$work/usr.0.out" || true)"
 grep -q "master_port=$((20000 + job)) (derived from SLURM_JOB_ID+SLURM_STEP_ID)" "$work/usr.1.out" ||
   die "usr: expected node 1 to take the job's port $((20000 + job)) from the job id"

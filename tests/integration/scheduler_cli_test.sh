@@ -47,7 +47,7 @@ refused "dtrun: --scheduler slurm: SLURM_JOB_ID is not set" \
 
 # A one-node step: a single-node launch whose logs are under the job's id.
 env SLURM_JOB_ID=56 SLURM_STEP_ID=2 SLURM_STEP_NODELIST=n1 SLURM_NODEID=0 \
-  SLURM_STEP_TASKS_PER_NODE=1 OMP_NUM_THREADS=1 "$DTRUN" --nproc_per_node=2 \
+  SLURM_STEP_TASKS_PER_NODE=1 OMP_NUM_THREADS=1 "$DTRUN" --verbose --nproc_per_node=2 \
   --log_dir="$work/logs" --no_python true >"$work/out" 2>"$work/err" ||
   die "one-node step: dtrun exited $?: $(tail -n 5 "$work/err")"
 [[ -d $work/logs/56.2/attempt_0/1 ]] || die "one-node step: expected logs under 56.2/, got $(ls "$work/logs")"
@@ -58,7 +58,7 @@ grep -q "rdzv_endpoint       : 127.0.0.1:0 (a free port)" "$work/err" ||
 cases=$((cases + 1))
 
 # --scheduler none: the broken allocation is not read at all.
-env "${step[@]}" SLURM_STEP_NODELIST='n[1-2' "$DTRUN" --scheduler none --log_dir="$work/logs" \
+env "${step[@]}" SLURM_STEP_NODELIST='n[1-2' "$DTRUN" --verbose --scheduler none --log_dir="$work/logs" \
   --no_python true >"$work/out" 2>"$work/err" ||
   die "--scheduler none: dtrun exited $?: $(tail -n 5 "$work/err")"
 grep -q "scheduler           : none (--scheduler none)" "$work/err" ||

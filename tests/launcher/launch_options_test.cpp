@@ -742,6 +742,18 @@ TEST_CASE("the banner lists what torchrun's does", "[unit][launcher]") {
   }
 }
 
+TEST_CASE("a launch prints one line unless --verbose", "[unit][launcher]") {
+  const auto p = planOk({"--nproc_per_node=2", "--log_dir=/tmp/l", "-m", "pkg.train"});
+  CHECK(launcher::launchSummary(p) ==
+        "dtrun: pkg.train, 2 workers per node, 1 node, run none; logs in /tmp/l "
+        "(--verbose: the launch configs)");
+  const auto elastic = planOk(
+      {"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "--no_python", "/bin/w"});
+  CHECK(
+      launcher::launchSummary(elastic).starts_with("dtrun: /bin/w, 1 worker per node, 2-4 nodes"));
+  CHECK(launcher::launchSummary(elastic).find('\n') == std::string::npos);
+}
+
 TEST_CASE("a script that does not exist fails once, before any worker starts", "[unit][launcher]") {
   auto host = testHost();
   host.fileExists = [](const std::string&) { return false; };
