@@ -51,6 +51,7 @@
 #include "dtrun/ddp.h"
 #include "dtrun/runtime.h"
 
+#include "checkpoint.h"
 #include "cifar.h"
 #include "cuda_step.h"
 #include "model.h"
@@ -63,12 +64,14 @@ namespace rt = dtrun::runtime;
 namespace fs = std::filesystem;
 
 using resnet_ddp::Dataset;
+using resnet_ddp::loadCheckpoint;
 using resnet_ddp::loadCifar;
 using resnet_ddp::ResNet18;
+using resnet_ddp::saveCheckpoint;
 using resnet_ddp::StepInputs;
 using resnet_ddp::StepTimer;
 
-// ---- evaluation and checkpoints -----------------------------------------------------------
+// ---- evaluation --------------------------------------------------------------------------
 
 double evaluate(ResNet18& model, const Dataset& test, std::int64_t batch,
                 const resnet_ddp::Normaliser& normalise) {
@@ -82,36 +85,6 @@ double evaluate(ResNet18& model, const Dataset& test, std::int64_t batch,
   }
   model->train();
   return test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
-}
-
-void saveCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, std::int64_t nextEpoch,
-                    const fs::path& path) {
-  torch::serialize::OutputArchive root;
-  torch::serialize::OutputArchive modelArchive;
-  model->save(modelArchive);
-  root.write("model", modelArchive);
-  torch::serialize::OutputArchive optimArchive;
-  optimizer.save(optimArchive);
-  root.write("optimizer", optimArchive);
-  root.write("next_epoch", torch::tensor(nextEpoch));
-  const auto tmp = fs::path(path.string() + ".tmp");
-  root.save_to(tmp.string());
-  fs::rename(tmp, path);  // readers never see a half-written file
-}
-
-std::int64_t loadCheckpoint(ResNet18& model, torch::optim::SGD& optimizer, const fs::path& path,
-                            const torch::Device& device) {
-  torch::serialize::InputArchive root;
-  root.load_from(path.string(), device);
-  torch::serialize::InputArchive modelArchive;
-  root.read("model", modelArchive);
-  model->load(modelArchive);
-  torch::serialize::InputArchive optimArchive;
-  root.read("optimizer", optimArchive);
-  optimizer.load(optimArchive);
-  torch::Tensor next;
-  root.read("next_epoch", next);
-  return next.item<std::int64_t>();
 }
 
 // ---- training -----------------------------------------------------------------------------
