@@ -159,7 +159,7 @@ constexpr std::array kOptions = {
     OptionSpec{"scheduler", "", Kind::kValue, false,
                "Batch scheduler or launcher whose job sets --nnodes, --node_rank, --master_addr, "
                "--master_port and --rdzv_id when they are not given: auto, slurm, pbs, lsf, flux, "
-               "mpi or none (default auto: the one whose variables are set)"},
+               "mpi, kubeflow or none (default auto: the one whose variables are set)"},
     OptionSpec{"hostfile", "", Kind::kValue, false,
                "Start one agent per host over ssh, from a hostfile: one host per line, "
                "'node1 slots=4' (DeepSpeed's and OpenMPI's formats; slots = that host's "

@@ -16,7 +16,7 @@ Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& opt
   const auto modeSetting = options.get("scheduler", "auto");
   const auto mode = scheduler::parseMode(trim(modeSetting.text));
   if (!mode) {
-    return expected(modeSetting, "auto, slurm, pbs, lsf, flux, mpi or none");
+    return expected(modeSetting, "auto, slurm, pbs, lsf, flux, mpi, kubeflow or none");
   }
   if (*mode == scheduler::Mode::kNone || standalone) {
     plan.scheduler = standalone ? "none (--standalone)" : "none (--scheduler none)";
@@ -29,7 +29,8 @@ Result<std::optional<scheduler::Allocation>> detectScheduler(const Resolver& opt
   auto found = scheduler::detect(*mode, job);
   if (found.isOk() && !found.value()) {
     plan.scheduler =
-        "none (no SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID or MPI launcher's rank is set)";
+        "none (no SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID, MPI launcher's rank or "
+        "Kubeflow pod's rank is set)";
   }
   return found;
 }
@@ -89,7 +90,9 @@ Status useAllocationRanks(const scheduler::Allocation& a, Resolver& options, Sch
       return Status::invalidArgument(std::string(scheduler::kindName(a.kind)) + " job with " +
                                      std::to_string(nodes) + " nodes: " + a.masterMissing);
     }
-    if (!a.jobId.empty()) {
+    if (a.masterPort != 0) {
+      use.offer(options, "master_port", std::to_string(a.masterPort), a.masterPortFrom);
+    } else if (!a.jobId.empty()) {
       use.offer(options, "master_port", std::to_string(scheduler::jobPort(a)),
                 "derived from " + a.jobIdFrom);
     }

@@ -309,6 +309,8 @@ std::string_view kindName(Kind kind) {
       return "flux";
     case Kind::kMpi:
       return "mpi";
+    case Kind::kKubeflow:
+      return "kubeflow";
     case Kind::kNone:
       break;
   }
@@ -316,11 +318,11 @@ std::string_view kindName(Kind kind) {
 }
 
 std::optional<Mode> parseMode(std::string_view text) {
-  static constexpr std::array<std::pair<std::string_view, Mode>, 7> kModes = {
-      std::pair{"auto", Mode::kAuto}, std::pair{"slurm", Mode::kSlurm},
-      std::pair{"pbs", Mode::kPbs},   std::pair{"lsf", Mode::kLsf},
-      std::pair{"flux", Mode::kFlux}, std::pair{"mpi", Mode::kMpi},
-      std::pair{"none", Mode::kNone}};
+  static constexpr std::array<std::pair<std::string_view, Mode>, 8> kModes = {
+      std::pair{"auto", Mode::kAuto},         std::pair{"slurm", Mode::kSlurm},
+      std::pair{"pbs", Mode::kPbs},           std::pair{"lsf", Mode::kLsf},
+      std::pair{"flux", Mode::kFlux},         std::pair{"mpi", Mode::kMpi},
+      std::pair{"kubeflow", Mode::kKubeflow}, std::pair{"none", Mode::kNone}};
   for (const auto& [name, mode] : kModes) {
     if (text == name) {
       return mode;
@@ -345,6 +347,8 @@ Result<std::optional<Allocation>> detect(Mode mode, const JobEnvironment& job) {
       // launcher (srun --mpi=pmix) or from an MPI launcher that the job's host list covers.
       if (mode == Mode::kNone && (env.has("PMIX_RANK") || env.has("PMI_RANK"))) {
         mode = Mode::kMpi;
+      } else if (mode == Mode::kNone && detail::looksLikeKubeflowPod(env)) {
+        mode = Mode::kKubeflow;
       }
     }
   }
@@ -361,6 +365,8 @@ Result<std::optional<Allocation>> detect(Mode mode, const JobEnvironment& job) {
         return detail::detectLsf(env);
       case Mode::kFlux:
         return detail::detectFlux(env);
+      case Mode::kKubeflow:
+        return detail::detectKubeflow(env);
       case Mode::kMpi:
       case Mode::kAuto:
       case Mode::kNone:

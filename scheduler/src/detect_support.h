@@ -69,6 +69,9 @@ void useHostList(Allocation& a, std::string_view listVar);
 Result<Allocation> detectMpi(const Env& env);
 Result<Allocation> detectFlux(const Env& env);
 Result<Allocation> detectLsf(const Env& env);
+// Kubeflow's pods (kubeflow.cpp): whether the environment is one, and what it says.
+bool looksLikeKubeflowPod(const Env& env);
+Result<Allocation> detectKubeflow(const Env& env);
 // Under a batch scheduler (SLURM, PBS, LSF) started through an MPI launcher that is not Open
 // MPI's (Hydra, Intel MPI): its local size, if it says several processes run on this node.
 void useMpiLocalSize(const Env& env, Allocation& a);

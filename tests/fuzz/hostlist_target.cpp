@@ -58,9 +58,9 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
       job.env[std::string(line.substr(0, equals))] = std::string(line.substr(equals + 1));
     }
   }
-  const auto modes = {scheduler::Mode::kAuto, scheduler::Mode::kSlurm, scheduler::Mode::kPbs,
-                      scheduler::Mode::kNone, scheduler::Mode::kLsf,   scheduler::Mode::kFlux,
-                      scheduler::Mode::kMpi};
+  const auto modes = {scheduler::Mode::kAuto, scheduler::Mode::kSlurm,   scheduler::Mode::kPbs,
+                      scheduler::Mode::kNone, scheduler::Mode::kLsf,     scheduler::Mode::kFlux,
+                      scheduler::Mode::kMpi,  scheduler::Mode::kKubeflow};
   const scheduler::Mode mode = *(modes.begin() + data[0] % modes.size());
   const auto allocation = scheduler::detect(mode, job);
   if (!allocation.isOk()) {
@@ -68,12 +68,12 @@ void hostlist(const std::uint8_t* data, std::size_t size) {
     return;
   }
   if (const auto& a = allocation.value()) {
-    // MPI launchers and Flux name no hosts; the others name one per node.
+    // MPI launchers, Flux and Kubeflow's pods name no hosts; the others name one per node.
     assertInvariant(a->hosts.empty() || a->hosts.size() == static_cast<std::size_t>(a->nodeCount),
                     kHostlist, "a host list that is not one host per node");
-    assertInvariant(
-        !a->hosts.empty() || a->kind == scheduler::Kind::kMpi || a->kind == scheduler::Kind::kFlux,
-        kHostlist, "a batch allocation without hosts");
+    assertInvariant(!a->hosts.empty() || a->kind == scheduler::Kind::kMpi ||
+                        a->kind == scheduler::Kind::kFlux || a->kind == scheduler::Kind::kKubeflow,
+                    kHostlist, "a batch allocation without hosts");
     assertInvariant(a->nodeIndex >= 0 && a->nodeIndex < a->nodeCount, kHostlist,
                     "this node's index is outside the node count");
     assertInvariant(!a->master.empty() || !a->masterMissing.empty(), kHostlist,

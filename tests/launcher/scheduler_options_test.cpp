@@ -181,7 +181,7 @@ TEST_CASE("launches that cannot work in the allocation are refused",
   }
   SECTION("a bad --scheduler value") {
     CHECK(errorOf({"--scheduler=sge", "x.py"}, slurmHost(0)) ==
-          "--scheduler: expected auto, slurm, pbs, lsf, flux, mpi or none, got 'sge'");
+          "--scheduler: expected auto, slurm, pbs, lsf, flux, mpi, kubeflow or none, got 'sge'");
   }
   SECTION("--scheduler pbs outside PBS") {
     CHECK(contains(errorOf({"--scheduler=pbs", "x.py"}, slurmHost(0)), "PBS_JOBID is not set"));

@@ -219,7 +219,7 @@ TEST_CASE("which environment auto reads when launchers nest", "[unit][scheduler]
     CHECK(detected(job, sched::Mode::kLsf).kind == sched::Kind::kLsf);
   }
   SECTION("--scheduler names the kinds") {
-    for (const char* name : {"auto", "slurm", "pbs", "lsf", "flux", "mpi", "none"}) {
+    for (const char* name : {"auto", "slurm", "pbs", "lsf", "flux", "mpi", "kubeflow", "none"}) {
       REQUIRE(sched::parseMode(name).has_value());
     }
     CHECK_FALSE(sched::parseMode("sge").has_value());

@@ -1,8 +1,8 @@
-// Scheduler and launcher detection: what SLURM, PBS, LSF, Flux or an MPI launcher (Open MPI's
-// mpirun/prterun, MPICH's Hydra) says about the job dtrun runs in (the node count and, where the
-// environment says, the hosts in order, this node's index, the first node's address, the job id),
-// read natively from the environment and host files (no scontrol, no flux command). Pure
-// functions over the inputs they are given; thread-compatible.
+// Scheduler and launcher detection: what SLURM, PBS, LSF, Flux, an MPI launcher (Open MPI's
+// mpirun/prterun, MPICH's Hydra) or a Kubeflow operator's pod says about the job dtrun runs in (the
+// node count and, where the environment says, the hosts in order, this node's index, the first
+// node's address, the job id), read natively from the environment and host files (no scontrol, no
+// flux command). Pure functions over the inputs they are given; thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +29,19 @@ namespace dtrun::scheduler {
 
 inline constexpr std::size_t kMaxHosts = 1U << 20U;  // a bound on what a host list expands to
 
-enum class Kind : std::uint8_t { kNone, kSlurm, kPbs, kLsf, kFlux, kMpi };
-std::string_view kindName(Kind kind);  // "none", "slurm", "pbs", "lsf", "flux", "mpi"
+enum class Kind : std::uint8_t { kNone, kSlurm, kPbs, kLsf, kFlux, kMpi, kKubeflow };
+// "none", "slurm", "pbs", "lsf", "flux", "mpi", "kubeflow"
+std::string_view kindName(Kind kind);
 
 // Which environment to read (--scheduler). auto: OMPI_COMM_WORLD_RANK first (Open MPI's mpirun
 // started this process, also inside a batch job, whose step variables then describe mpirun's
 // daemons), then FLUX_JOB_ID (a Flux job, also in an instance inside another scheduler's job),
 // then the one batch job id among SLURM_JOB_ID, PBS_JOBID and LSB_JOBID, then PMIX_RANK or
-// PMI_RANK (prterun, MPICH's Hydra; srun's and Flux's own PMI variables count as theirs).
-enum class Mode : std::uint8_t { kAuto, kSlurm, kPbs, kLsf, kFlux, kMpi, kNone };
-// "auto", "slurm", "pbs", "lsf", "flux", "mpi", "none"
+// PMI_RANK (prterun, MPICH's Hydra; srun's and Flux's own PMI variables count as theirs), then a
+// Kubernetes pod (KUBERNETES_SERVICE_HOST) with a Kubeflow operator's MASTER_ADDR, WORLD_SIZE and
+// RANK or PET_NNODES and PET_NODE_RANK.
+enum class Mode : std::uint8_t { kAuto, kSlurm, kPbs, kLsf, kFlux, kMpi, kKubeflow, kNone };
+// "auto", "slurm", "pbs", "lsf", "flux", "mpi", "kubeflow", "none"
 std::optional<Mode> parseMode(std::string_view text);
 
 // What detection reads, gathered once by the caller (tests build their own).
@@ -67,6 +70,10 @@ struct Allocation {
   // ".<LSB_JOBINDEX>" in a job array; Flux the decimal id of FLUX_JOB_ID; MPI the launcher's job
   // (PMIX_NAMESPACE, Open MPI's jobid); "" where there is none (Hydra).
   std::string jobId;
+  // The store's port where the environment names one (Kubeflow's MASTER_PORT), else 0: derived
+  // from the job id (jobPort).
+  std::uint16_t masterPort = 0;
+  std::string masterPortFrom;
   // SLURM: whether srun started this process (SLURM_STEP_ID set). The batch script itself runs
   // on the first node only; the others have no such distinction (true).
   bool inStep = true;

@@ -22,7 +22,8 @@
 #   stopped_by_term <label> <pid> <seconds>  SIGTERM to a background dtrun, which must exit 143
 #                    within <seconds> (else a FAIL naming <label>); `took` gets the seconds taken
 # On exit: every pid in pids is SIGKILLed and reaped, then the at_exit commands run, then work is
-# removed. No PET_* variable stays in the environment: each test sets its options itself.
+# removed. No PET_* variable stays in the environment: each test sets its options itself; nor
+# KUBERNETES_SERVICE_HOST (a CI runner in a pod): tests that make up a Kubeflow pod set it.
 # shellcheck shell=bash disable=SC2034  # its variables are for the test that sources it
 TEST_NAME=$1
 shift
@@ -80,7 +81,7 @@ preamble_unset_matching() {  # <extended regex>: unsets every variable whose nam
   done
 }
 clear_scheduler_env() { preamble_unset_matching '^(SLURM|PBS)_'; }
-preamble_unset_matching '^PET_'
+preamble_unset_matching '^(PET_.*|KUBERNETES_SERVICE_HOST)$'
 
 work=$(mktemp -d)
 pids=()
