@@ -1,7 +1,7 @@
 # The Debian package: `cpack -G DEB` in a build tree (or `ninja package`) makes
 # dtrun_<version>_<arch>.deb from the install rules (bin/dtrun, share/dtrun/python, the docs).
-# Its Depends line comes from dpkg-shlibdeps over the installed binary (on bookworm: libc6,
-# libstdc++6, libgcc-s1, libspdlog1.10-fmt9, libfmt9, libssl3), so it names the Debian packages
+# Its Depends line comes from dpkg-shlibdeps over the installed binary (libc6 alone: the release
+# binaries link the rest in, cmake/DtrunPortable.cmake), so it names the Debian packages
 # dtrun really links; it needs dpkg-dev and file (scripts/setup.sh).
 set(CPACK_GENERATOR "DEB")
 set(CPACK_PACKAGE_NAME "dtrun")

@@ -14,6 +14,7 @@ packages=(
   elfutils gdb python3-jsonschema
   chromium-headless-shell  # tests/integration/report_html_test.sh opens dtrun report --html
   openssh-client openssh-server  # dtrun --hostfile, and its test's sshd in each namespace
+  python3-build python3-venv python3-setuptools python3-wheel  # scripts/build_wheel.sh; tests/integration/wheel_test.sh
   etcd-server etcd-client  # --rdzv_backend=etcd: tests/integration/etcd_rdzv_test.sh starts a 3-member cluster
 )
 
