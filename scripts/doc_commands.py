@@ -8,7 +8,8 @@ The format, in README.md and docs/*.md (docs/building.md, "Docs that run", says 
 
   * Every fenced block names its language; an unnamed fence (```) is an error.
   * A ```console block runs. A line starting with `$ ` is a command (a line ending in `\\`
-    continues it on the next line); the lines after it, up to the next `$ ` line or the end of
+    continues it on the next line, and so do lines starting with `> `, bash's prompt for the
+    rest of a loop or a quote); the lines after it, up to the next `$ ` line or the end of
     the block, are its expected output (stdout and stderr together, as a terminal shows them).
   * Matching: the expected lines must match the whole output, line by line, in order. A line
     `...` (indented or not) matches any number of lines (none included). Inside a line, `<any>` matches any text
@@ -129,10 +130,12 @@ def split_commands(body: list[str], first_line: int) -> tuple[list[Command], str
     while k < len(body):
         line_no = first_line + k
         text = body[k][2:]
-        while text.endswith("\\") and k + 1 < len(body):
-            k += 1
-            text += "\n" + body[k]
         k += 1
+        # A line ending in a backslash continues on the next; lines starting with `> ` (bash's
+        # prompt for the rest of a command: a loop, an open quote) continue it too.
+        while k < len(body) and (text.endswith("\\") or body[k].startswith("> ")):
+            text += "\n" + body[k].removeprefix("> ")
+            k += 1
         expected = []
         while k < len(body) and not body[k].startswith("$ "):
             expected.append(body[k].rstrip())
@@ -214,7 +217,8 @@ def run_block(block: Block, args: argparse.Namespace) -> tuple[list[str], float]
     ctl = Path(tempfile.mkdtemp(prefix="docctl-"))
     script = ["exec </dev/null"]
     for n, cmd in enumerate(block.commands):
-        script += ["{", cmd.text, f"}} >{ctl}/out.{n} 2>&1",
+        # `:` first: a command that is only a comment still makes a group bash accepts.
+        script += ["{ :", cmd.text, f"}} >{ctl}/out.{n} 2>&1",
                    f"__rc=$?; echo $__rc >{ctl}/rc.{n}.tmp; mv {ctl}/rc.{n}.tmp {ctl}/rc.{n}",
                    "[ $__rc = 0 ] || exit 0"]
     (ctl / "block.sh").write_text("\n".join(script) + "\n")
