@@ -32,7 +32,10 @@ The format, in README.md and docs/*.md (docs/building.md, "Docs that run", says 
     and their reasons printed, so nothing escapes silently.
 
 A failure prints the doc file and line, the command, and a diff of expected against actual
-output. The exit status is 1 if any block failed or broke a rule above, else 0.
+output. The exit status is 1 if any block failed or broke a rule above, else 0. Each file's line
+also says what it cost; blocks of 5 s or more are named (the whole test should stay well under
+90 s on a loaded 2-core machine: prefer --dry-run and small jobs). To write a block, run its file
+with --show, which prints what each command printed.
 """
 
 from __future__ import annotations
@@ -125,7 +128,9 @@ def shown_path(path: Path, root: Path) -> Path:
 def split_commands(body: list[str], first_line: int) -> tuple[list[Command], str | None]:
     commands: list[Command] = []
     k = 0
-    if body and not body[0].startswith("$ "):
+    if not body:
+        return [], "an empty ```console block"
+    if not body[0].startswith("$ "):
         return [], "a ```console block must start with a `$ ` command line"
     while k < len(body):
         line_no = first_line + k
@@ -340,6 +345,9 @@ def main() -> int:
               f"{seconds:.1f} s), {len(bad)} failed; {len(shown)} shown, not run")
         for b in shown:
             print(f"  not run, line {b.line} (```{b.lang}): {b.not_run}")
+        for b in ran:
+            if took.get(id(b), 0) >= 5:  # where the test's time goes
+                print(f"  slow: line {b.line} took {took[id(b)]:.1f} s")
         for b in bad:
             for report in failures[id(b)]:
                 print("FAIL " + report, file=sys.stderr)
