@@ -21,11 +21,15 @@ int main(int argc, char** argv) {
     const auto runReport = launcher::addReportCommand(app);
     const auto runBundle = launcher::addBundleCommand(app, launcher::versionLine());
     const auto runGpus = launcher::addGpusCommand(app);
+    const auto runDocs = launcher::addDocCommands(app);  // dtrun completion bash, --print-man
     launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {
       app.parse(launcher::argumentsForParse(argc, argv));
     } catch (const CLI::ParseError& e) {
       return launcher::reportParseError(app, e);  // --help: 0; else one line, 2
+    }
+    if (const int docs = runDocs(); docs >= 0) {
+      return docs;
     }
     if (app.got_subcommand("store")) {
       return runStore();  // until SIGINT, SIGTERM or SIGHUP

@@ -11,6 +11,8 @@
 //   plan_text.{h,cpp}        the banner and --dry-run's text
 //   launch_command.cpp       dtrun/launcher.h's LaunchCommand: plan, signals, logging, the agent
 //   store_command.cpp        `dtrun store`
+//   cli_docs.{h,cpp}         the man page's OPTIONS and COMMANDS and the bash completion, from
+//                            the app (`dtrun --print-man`, `dtrun completion bash`)
 //   fanout/                  the launch over ssh run, the hostfile, --watch_stdin (below all this)
 //   report/                  `dtrun report`'s HTML page (below all this)
 #pragma once

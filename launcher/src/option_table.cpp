@@ -23,7 +23,7 @@ constexpr std::array kOptions = {
     OptionSpec{"rdzv_backend", "", Kind::kValue, true,
                "Rendezvous backend: static, c10d or etcd (default static)"},
     OptionSpec{"rdzv_endpoint", "", Kind::kValue, true,
-               "Rendezvous store host[:port] or [ipv6]:port (c10d's default port 29400)"},
+               "Rendezvous store host[:port] or [ipv6]:port (c10d without a port: 29400)"},
     OptionSpec{"rdzv_id", "", Kind::kValue, true,
                "Job id, exported as TORCHELASTIC_RUN_ID (default none; --standalone: random)"},
     OptionSpec{"rdzv_conf", "", Kind::kValue, true, "Rendezvous settings key1=value1,key2=value2"},
@@ -53,9 +53,11 @@ constexpr std::array kOptions = {
                "Worker streams to log files: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
                "rank, e.g. 0:3,1:1 (default 0)"},
     OptionSpec{"tee", "-t", Kind::kValue, true,
-               "Like --redirects, and also copy to the console with a [<role><rank>]: prefix"},
+               "Like --redirects (0 none, 1 stdout, 2 stderr, 3 both; or per local rank), and "
+               "also copy those streams to the console with a [<role><rank>]: prefix"},
     OptionSpec{"local_ranks_filter", "", Kind::kValue, true,
-               "Comma list of local ranks whose output reaches the console (default all)"},
+               "Comma list of local ranks whose output reaches the console (default: every "
+               "local rank)"},
     OptionSpec{"node_rank", "", Kind::kValue, true,
                "Rank of this node (static backend; default 0)"},
     OptionSpec{"master_addr", "", Kind::kValue, true,
@@ -69,7 +71,7 @@ constexpr std::array kOptions = {
                "Custom torchelastic LogsSpecs: Python plugins, refused (use --log_dir, -r, -t)"},
     OptionSpec{"numa_binding", "", Kind::kValue, false,
                "Bind each rank's CPUs and memory next to its GPU: node, socket, exclusive or "
-               "core-complex (torchrun's modes; default off)"},
+               "core-complex (torchrun's modes), or none (the default)"},
     OptionSpec{"cpu_binding", "", Kind::kValue, false,
                "split: divide this process's CPUs among the local ranks by physical core, for "
                "jobs without GPUs; none (default)"},
@@ -94,7 +96,8 @@ constexpr std::array kOptions = {
                "A file whose number is the last checkpoint's iteration: an attempt that raised it "
                "made progress"},
     OptionSpec{"signals_to_handle", "", Kind::kValue, true,
-               "Signals forwarded to the workers before dtrun exits (default "
+               "Signals forwarded to the workers before dtrun exits: a comma list of names such "
+               "as SIGUSR1 or SIGUSR2, not SIGKILL or SIGSTOP (default "
                "SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
     OptionSpec{"shutdown_timeout", "", Kind::kValue, true,
                "Seconds from the forwarded signal to SIGKILL (default "
@@ -120,16 +123,16 @@ constexpr std::array kOptions = {
     OptionSpec{"report", "", Kind::kValue, false,
                "Write the job's run report (JSON, docs/report.schema.json) to this file at exit"},
     OptionSpec{"console", "", Kind::kValue, false,
-               "ranks (default: each rank's lines) or collapse (a line several ranks print "
+               "ranks (the default: each rank's lines) or collapse (a line several ranks print "
                "within 200 ms comes out once, as [ranks 0-7]: line, for the whole job)"},
     OptionSpec{"event_log", "", Kind::kValue, false,
                "Append one JSON line per state change (rounds, attempts, restarts, hangs, "
                "signals; docs/event_log.schema.json) to this file"},
     OptionSpec{"health_checks", "", Kind::kValue, false,
                "Checks before each round (each attempt on one node): comma list of local (= "
-               "log_dir,entrypoint,store,gpus), log_dir, entrypoint, store, gpus, network (opt-in: "
-               "every pair of the round's nodes measured before the workers start), or none "
-               "(default local); a node that fails one leaves the job"},
+               "log_dir,entrypoint,store,gpus,open_files), log_dir, entrypoint, store, gpus, "
+               "open_files, network (opt-in: every pair of the round's nodes measured before the "
+               "workers start), or none (default local); a node that fails one leaves the job"},
     OptionSpec{"health_check_timeout", "", Kind::kValue, false,
                "Seconds each health check may take before it counts as failed (default 5)"},
     OptionSpec{"health_min_free_mb", "", Kind::kValue, false,
@@ -292,12 +295,48 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 65> kTopicOf
     {"log_level", "dtrun"},
 }};
 
+// The words an option takes as they are (not its numbers, paths or lists of names): what the man
+// page lists and the shell completes. Each is named by the option's help and accepted by
+// validate(); option_values_test checks both, so the list cannot drift from either.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kValuesOf = {{
+    {"nproc_per_node", "gpu cpu auto"},
+    {"rdzv_backend", "static c10d etcd"},
+    {"start_method", "spawn fork forkserver"},
+    {"event_log_handler", "null"},
+    {"redirects", "0 1 2 3"},
+    {"tee", "0 1 2 3"},
+    {"numa_binding", "node socket exclusive core-complex none"},
+    {"cpu_binding", "split none"},
+    {"console", "ranks collapse"},
+    {"health_checks", "local log_dir entrypoint store gpus open_files network none"},
+    {"python_hook", "auto on off"},
+    {"scheduler", "auto slurm pbs lsf flux mpi none"},
+    {"log_level", "trace debug info warn error critical off"},
+    {"signals_to_handle", "SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2"},
+}};
+
 }  // namespace
 
 std::string_view optionTopic(std::string_view dest) {
   for (const auto& [name, topic] : kTopicOf) {
     if (name == dest) {
       return topic;
+    }
+  }
+  return {};
+}
+
+std::vector<std::string> optionValues(std::string_view dest) {
+  for (const auto& [name, words] : kValuesOf) {
+    if (name == dest) {
+      std::vector<std::string> values;
+      std::string_view rest = words;
+      while (!rest.empty()) {
+        const auto space = rest.find(' ');
+        values.emplace_back(rest.substr(0, space));
+        rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+      }
+      return values;
     }
   }
   return {};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -36,6 +37,10 @@ std::string flagName(std::string_view dest);
 std::string envName(std::string_view dest);
 // The heading `dtrun --help` lists it under ("Workers", "Placement", ...); "" for none.
 std::string_view optionTopic(std::string_view dest);
+
+// The words `dest` takes as they are ("static", "c10d", "etcd" for rdzv_backend), for the man page
+// and the shell's completion; empty for an option that takes only numbers, paths or names.
+std::vector<std::string> optionValues(std::string_view dest);
 
 // Registers every torchrun option (dash and underscore spellings, -m, -r, -t) plus --log-level
 // on `app`; parsing stores their text into `raw` (which must outlive the parse). Enables

@@ -14,6 +14,7 @@
 
 #include "host_facts.h"
 #include "log.h"
+#include "option_table.h"
 #include "rendezvous_options.h"
 #include "signal_mask.h"
 
@@ -159,8 +160,9 @@ std::function<int()> addStoreCommand(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   store
       ->add_option("--log-level,--log_level", options->logLevel,
-                   "trace, debug, info, warn, error (default: DTRUN_LOG_LEVEL or info)")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+                   "trace, debug, info, warn, error, critical or off (default: DTRUN_LOG_LEVEL or "
+                   "info)")
+      ->check(CLI::IsMember(optionValues("log_level")));  // the top level's --log-level words
   return [store, options]() { return store->parsed() ? runStore(*options) : -1; };
 }
 

@@ -64,7 +64,8 @@ cmake --install "$BUILD" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
   die "cmake --install exited $?: $(tail -n 5 "$work/install.log")"
 for f in bin/dtrun bin/dtrun-netcheck share/dtrun/python/sitecustomize.py \
   share/dtrun/python/dtrun_torch_hook.py share/dtrun/python/dtrun_progress.py \
-  share/doc/dtrun/README.md share/doc/dtrun/docs/launching.md share/doc/dtrun/docs/gpu.md; do
+  share/doc/dtrun/README.md share/doc/dtrun/docs/launching.md share/doc/dtrun/docs/gpu.md \
+  share/man/man1/dtrun.1 share/bash-completion/completions/dtrun; do
   [[ -e $work/prefix/$f ]] || die "cmake --install: $f is missing"
 done
 runs_from "$work/prefix/bin/dtrun" "$work/prefix/share/dtrun/python"
@@ -90,7 +91,8 @@ for lib in libstdc++6 libgcc-s1 libspdlog libfmt libssl3; do
 done
 dpkg-deb -c "$deb" | awk '{print $6}' >"$work/files"
 for f in ./usr/bin/dtrun ./usr/bin/dtrun-netcheck ./usr/share/dtrun/python/sitecustomize.py \
-  ./usr/share/dtrun/python/dtrun_torch_hook.py ./usr/share/dtrun/python/dtrun_progress.py; do
+  ./usr/share/dtrun/python/dtrun_torch_hook.py ./usr/share/dtrun/python/dtrun_progress.py \
+  ./usr/share/man/man1/dtrun.1 ./usr/share/bash-completion/completions/dtrun; do
   grep -qx "$f" "$work/files" || die "the package lacks $f: $(cat "$work/files")"
 done
 pass "$(basename "$deb"): Depends: $depends"

@@ -30,6 +30,12 @@ std::function<int()> addBundleCommand(CLI::App& app, std::string_view versionLin
 // when RUN_DIR is a run's directory (dtrun/gpu_readings.h); DTRUN_NVML_LIBRARY names the library.
 std::function<int()> addGpusCommand(CLI::App& app);
 
+// `dtrun completion bash` (the shell's completion script) and the hidden `dtrun --print-man` (the
+// man page's generated sections), both written from `app` as it is when they run: call the
+// returned function after parsing (-1 when neither was asked for), when every command and option
+// is registered.
+std::function<int()> addDocCommands(CLI::App& app);
+
 // `dtrun [options] <entrypoint> [args...]`, step by step: plan(), then prepareProcess(), then
 // printDryRun() or runAgent(). Lives in main, next to the app it registers on.
 class LaunchCommand {
