@@ -310,7 +310,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kValuesO
     {"console", "ranks collapse"},
     {"health_checks", "local log_dir entrypoint store gpus open_files network none"},
     {"python_hook", "auto on off"},
-    {"scheduler", "auto slurm pbs lsf flux mpi none"},
+    {"scheduler", "auto slurm pbs lsf flux mpi kubeflow none"},
     {"log_level", "trace debug info warn error critical off"},
     {"signals_to_handle", "SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2"},
 }};
