@@ -15,6 +15,7 @@ packages=(
   chromium-headless-shell  # tests/integration/report_html_test.sh opens dtrun report --html
   openssh-client openssh-server  # dtrun --hostfile, and its test's sshd in each namespace
   etcd-server etcd-client  # --rdzv_backend=etcd: tests/integration/etcd_rdzv_test.sh starts a 3-member cluster
+  prometheus curl  # tests/integration/live_status_test.sh: a real Prometheus scrapes --status_port
 )
 
 missing=()
