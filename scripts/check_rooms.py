@@ -19,7 +19,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Per module: its rooms, lowest first: a room may include the rooms before it in its list.
 ROOMS = {
-    "agent": ["job", "console", "workers", "health", "report", "hang"],
+    "agent": ["job", "console", "workers", "health", "report", "hang", "live"],
     "launcher": ["fanout", "report"],
 }
 # Rooms whose files are included from outside the room one by one (no room header yet).

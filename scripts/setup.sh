@@ -17,6 +17,7 @@ packages=(
   python3-build python3-venv python3-setuptools python3-wheel  # scripts/build_wheel.sh; tests/integration/wheel_test.sh
   etcd-server etcd-client  # --rdzv_backend=etcd: tests/integration/etcd_rdzv_test.sh starts a 3-member cluster
   groff-base man-db  # tests/integration/man_completion_test.sh renders and lints dtrun(1)
+  prometheus curl  # tests/integration/live_status_test.sh: a real Prometheus scrapes --status_port
 )
 
 missing=()

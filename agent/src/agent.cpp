@@ -70,6 +70,7 @@ int Agent::run() {
     startAttempt();
   }
   io_.run();
+  liveView_.reset();   // no client is answered from a job that ended
   hangWatch_.reset();  // ends a dump still under way
   job_.reset();        // sends what is still queued (leave, bye) before the store may go away
   group_.clear();      // kills and reaps anything still running (only on an internal error)
@@ -102,6 +103,7 @@ Status Agent::prepare() {
   DTRUN_TRY(health_.checkHere(
       healthPlan(multi && !store_ ? multi->readTimeout : std::chrono::milliseconds(0))));
   std::unique_ptr<ProgressExchange> exchange;
+  std::unique_ptr<LiveExchange> liveExchange;
   if (multi) {
     DTRUN_ASSIGN_OR_RETURN(auto link,
                            connectJob(config_, *multi, host_, store_.get(), [this](Status s) {
@@ -122,6 +124,14 @@ Status Agent::prepare() {
                           relay.status().message());
       }
     }
+    if (config_.statusPort >= 0) {  // this node in the job's live view
+      auto connected = LiveExchange::connect(io_, link.stores, config_.runId, gathersJob());
+      if (connected.isOk()) {
+        liveExchange = std::move(connected).value();
+      } else {
+        log::agent().warn("the live status shows this node only: {}", connected.status().message());
+      }
+    }
     if (config_.hangTimeout.count() > 0) {  // the other nodes' ranks, for the diagnosis
       auto connected = ProgressExchange::connect(io_, link.stores, config_.runId);
       if (connected.isOk()) {
@@ -137,7 +147,39 @@ Status Agent::prepare() {
   DTRUN_ASSIGN_OR_RETURN(runDir_, createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
   writeRunFacts(runDir_, config_, host_);
   log_.setRunDir(runDir_);
+  if (config_.statusPort >= 0) {
+    DTRUN_ASSIGN_OR_RETURN(liveView_, LiveView::start(
+                                          io_, config_, host_, group_,
+                                          [this] { return liveFacts(); }, std::move(liveExchange)));
+    log::agent().info("live status of this node: http://{}:{}/ (/status, /metrics)",
+                      config_.statusAddr, liveView_->port());
+  }
   return Status::ok();
+}
+
+LiveFacts Agent::liveFacts() const {
+  LiveFacts facts;
+  if (assignment_) {
+    facts.nodeRank = assignment_->nodeRank;
+    facts.nodeCount = assignment_->nodeCount;
+    facts.round = assignment_->round;
+  }
+  facts.attempt = restartCount_;
+  facts.restarts = restartCount_;
+  if (finished_) {
+    facts.state = "finished";
+  } else if (stopReason_ != StopReason::kNone) {
+    facts.state = "stopping";
+  } else if (job_ && !assignment_) {
+    facts.state = "rendezvous";
+  } else if (group_.workers().empty()) {
+    facts.state = "starting";
+  } else if (group_.allExited()) {
+    facts.state = "restarting";
+  } else {
+    facts.state = "running";
+  }
+  return facts;
 }
 
 HealthPlan Agent::healthPlan(std::chrono::milliseconds storeConnectWait) const {

@@ -6,6 +6,7 @@
 //   workers/     WorkerGroup: one attempt's processes: spawn, output, exits
 //   hang/        HangWatch: --hang_timeout: progress files, diagnosis, stack dumps off the loop
 //   report/      AttemptLog: the run record: attempts, causes, outcome, --report
+//   live/        LiveView: --status_port: the running job's ranks, as JSON, metrics and a page
 // The wiring only connects their events, in three files by what it connects: agent.cpp (set-up,
 // signals, the end), agent_rounds.cpp (a multi-node job's rounds), agent_attempts.cpp (one
 // attempt of the worker group and what follows it). Nothing below includes this header.
@@ -33,6 +34,7 @@
 #include "hang/hang.h"
 #include "health/health.h"
 #include "job/job.h"
+#include "live/live.h"
 #include "report/report.h"
 #include "workers/workers.h"
 
@@ -55,6 +57,7 @@ class Agent {
   void onSignal(int sig);
   void recordRootCause(const WorkerFailure& root);
   void finish(int code);
+  [[nodiscard]] LiveFacts liveFacts() const;
 
   // ---- a multi-node job's rounds (agent_rounds.cpp) ----
   void rendezvous();
@@ -97,6 +100,7 @@ class Agent {
   std::unique_ptr<rdzv::EtcdPresence> etcd_;  // --rdzv_backend=etcd: lease, keeper candidacy
   std::unique_ptr<JobCoordinator> job_;       // multi-node only
   WorkerGroup group_;
+  std::unique_ptr<LiveView> liveView_;          // --status_port; reads group_, so declared after it
   std::unique_ptr<ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node
   std::unique_ptr<HangWatch> hangWatch_;
   HealthGate health_;  // after io_: destroyed before it

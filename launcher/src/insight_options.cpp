@@ -11,6 +11,8 @@
 
 namespace dtrun::launcher {
 
+using text::isDigits;
+using text::parseInt;
 using text::trim;
 
 // dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
@@ -58,13 +60,26 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
   }
   config.hangTimeout = std::chrono::milliseconds(std::llround(*hangSeconds * 1000.0));
   DTRUN_ASSIGN_OR_RETURN(config.verbose, options.flag("verbose"));
+  if (const auto port = options.find("status_port")) {
+    const auto n = isDigits(trim(port->text)) ? parseInt(trim(port->text)) : std::nullopt;
+    if (!n || *n > 65535) {
+      return expected(*port, "a TCP port from 0 to 65535 (0: a free one)");
+    }
+    config.statusPort = static_cast<int>(*n);
+  }
+  const auto statusAddr = options.get("status_addr", "127.0.0.1");
+  if (trim(statusAddr.text).empty()) {
+    return expected(statusAddr, "an IP address to listen on (127.0.0.1, 0.0.0.0, ...)");
+  }
+  config.statusAddr = std::string(trim(statusAddr.text));
   const auto hook = options.get("python_hook", "auto");
   if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
     return expected(hook, "auto, on or off");
   }
-  // --verbose's startup timeline reads the store and communicator times from the hook.
-  if (hook.text == "on" ||
-      (hook.text == "auto" && (config.hangTimeout.count() > 0 || config.verbose))) {
+  // --verbose's startup timeline reads the store and communicator times from the hook; the live
+  // view its operations.
+  if (hook.text == "on" || (hook.text == "auto" && (config.hangTimeout.count() > 0 ||
+                                                    config.verbose || config.statusPort >= 0))) {
     static constexpr std::string_view kMissing =
         "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
         "dtrun";

@@ -149,6 +149,12 @@ constexpr std::array kOptions = {
     OptionSpec{"health_net_max_rtt_us", "", Kind::kValue, false,
                "The network check's round-trip ceiling per pair, microseconds (default 10000; 0 = "
                "not checked)"},
+    OptionSpec{"status_port", "", Kind::kValue, false,
+               "Serve this node's live status on this TCP port: /status (JSON), /metrics "
+               "(Prometheus), / (a page); 0 picks a free port (default: off)"},
+    OptionSpec{"status_addr", "", Kind::kValue, false,
+               "The address --status_port listens on (default 127.0.0.1; 0.0.0.0 for every "
+               "interface; with a store token, requests must carry it)"},
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},
@@ -227,7 +233,7 @@ constexpr std::array<std::string_view, 9> kTopics = {
     "Workers",   "Nodes and rendezvous", "Restarts and stopping", "Placement", "Logs and console",
     "Diagnosis", "Health checks",        "Schedulers and ssh",    "dtrun"};
 
-constexpr std::array<std::pair<std::string_view, std::string_view>, 65> kTopicOf = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 67> kTopicOf = {{
     {"nproc_per_node", "Workers"},
     {"module", "Workers"},
     {"no_python", "Workers"},
@@ -272,6 +278,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 65> kTopicOf
     {"event_log_handler", "Logs and console"},
     {"dry_run", "Diagnosis"},
     {"report", "Diagnosis"},
+    {"status_port", "Diagnosis"},
+    {"status_addr", "Diagnosis"},
     {"hang_timeout", "Diagnosis"},
     {"python_hook", "Diagnosis"},
     {"verbose", "Diagnosis"},

@@ -64,9 +64,10 @@ Result<Allocation> detectKubeflow(const Env& env) {
   }
   const auto index = env.first({"PET_NODE_RANK", "RANK"});
   if (!index) {
-    return Status::invalidArgument(a.hostsFrom +
-                                   " is set but neither PET_NODE_RANK nor RANK: pass --scheduler "
-                                   "none and give --nnodes, --node_rank and --master_addr yourself");
+    return Status::invalidArgument(
+        a.hostsFrom +
+        " is set but neither PET_NODE_RANK nor RANK: pass --scheduler "
+        "none and give --nnodes, --node_rank and --master_addr yourself");
   }
   DTRUN_ASSIGN_OR_RETURN(a.nodeIndex, countIn(*index, "a node rank"));
   if (a.nodeCount == 0 || a.nodeIndex >= a.nodeCount) {
@@ -78,8 +79,9 @@ Result<Allocation> detectKubeflow(const Env& env) {
     a.master = master->second;
     a.masterFrom = master->first;
   } else {
-    a.masterMissing = "the pod has no MASTER_ADDR or PET_MASTER_ADDR: pass --master_addr=<the "
-                      "master pod's service name>, or --rdzv_backend=c10d --rdzv_endpoint=<host>:<port>";
+    a.masterMissing =
+        "the pod has no MASTER_ADDR or PET_MASTER_ADDR: pass --master_addr=<the "
+        "master pod's service name>, or --rdzv_backend=c10d --rdzv_endpoint=<host>:<port>";
   }
   if (const auto port = env.first({"PET_MASTER_PORT", "MASTER_PORT"})) {
     const auto n = parseCount(port->second);

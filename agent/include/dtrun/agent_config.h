@@ -204,6 +204,9 @@ struct AgentConfig {
   // others by as much, every worker's stack is dumped and the round fails.
   std::chrono::milliseconds hangTimeout{0};
   bool verbose = false;  // --verbose: each attempt's startup timeline on the console
+  // --status_port (-1 = off, 0 = a free port) and --status_addr: the live status endpoint.
+  int statusPort = -1;
+  std::string statusAddr = "127.0.0.1";
   // The directory of dtrun's sitecustomize.py ("" = off): appended to the workers' PYTHONPATH
   // so that unmodified PyTorch scripts report progress (python/dtrun_torch_hook.py), with
   // torch's NCCL flight recorder set to dump into each rank's directory.

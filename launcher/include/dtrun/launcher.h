@@ -29,6 +29,8 @@ std::function<int()> addBundleCommand(CLI::App& app, std::string_view versionLin
 // `dtrun gpus [RUN_DIR] [--json]`: every GPU NVML sees and the processes on it, named by rank
 // when RUN_DIR is a run's directory (dtrun/gpu_readings.h); DTRUN_NVML_LIBRARY names the library.
 std::function<int()> addGpusCommand(CLI::App& app);
+// `dtrun top ADDR` (alias `dtrun status`): the live view of a running job from its --status_port.
+std::function<int()> addTopCommand(CLI::App& app);
 
 // `dtrun completion bash` (the shell's completion script) and the hidden `dtrun --print-man` (the
 // man page's generated sections), both written from `app` as it is when they run: call the

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The live view of a running job (--status_port), with real torch 1.13 workers doing gloo
+# all_reduces in a loop, read while it runs:
+#   /status   JSON: both ranks running, their pids, operation (all_reduce) and count rising,
+#             resident memory and CPU; the job's round and restarts
+#   /metrics  Prometheus's text format, scraped by Debian's real prometheus server (started on
+#             loopback with a scrape config for the agent) and read back through its HTTP query
+#             API: dtrun_worker_up and dtrun_rank_operations_total per rank
+#   /         the live page (self-contained HTML)
+#   a store token (DTRUN_STORE_TOKEN): a request without it gets 401, with it 200
+# The job keeps running meanwhile and ends 0 when told to; the endpoint closes with it.
+#   bash tests/integration/live_status_test.sh /abs/path/to/build/launcher/dtrun
+set -euo pipefail
+
+# shellcheck source=lib/preamble.sh
+source "$(dirname "$0")/lib/preamble.sh" live_status_test "$@"
+command -v curl >/dev/null || die "curl not found: scripts/setup.sh installs it"
+command -v prometheus >/dev/null || die "prometheus not found: scripts/setup.sh installs it"
+export OMP_NUM_THREADS=1
+
+# Steps of all_reduce until $work/stop exists (at most 120 s).
+cat >"$work/train.py" <<'EOF'
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+stop = sys.argv[1]
+t = torch.ones(1024)
+end = time.monotonic() + 120
+while not os.path.exists(stop) and time.monotonic() < end:
+    dist.all_reduce(t)
+    time.sleep(0.02)
+dist.barrier()
+dist.destroy_process_group()
+print("done", flush=True)
+EOF
+
+port=$(free_port)
+DTRUN_STORE_TOKEN=live-token "$DTRUN" --nproc_per_node=2 --status_port="$port" \
+  --log_dir="$work/logs" "$PYTHON" "$work/train.py" "$work/stop" >"$work/job.out" 2>&1 &
+job=$!
+pids+=("$job")
+auth=(-H "Authorization: Bearer live-token")
+
+# fetch <path> <out>: one GET within 5 s; its HTTP code is printed.
+fetch() { curl -s -o "$2" -w '%{http_code}' --max-time 5 "${auth[@]}" "http://127.0.0.1:$port$1" || true; }
+
+# The status once both ranks have begun operations (at most $LIMIT s).
+ready=0
+for _ in $(seq $((LIMIT * 5))); do
+  running "$job" || break
+  if [[ $(fetch /status "$work/status.json") == 200 ]] &&
+    "$PYTHON" - "$work/status.json" <<'EOF'; then
+import json, sys
+ranks = json.load(open(sys.argv[1]))["nodes"][0]["ranks"]
+sys.exit(0 if len(ranks) == 2 and all(r["state"] == "running" and r["ops"] > 2 for r in ranks) else 1)
+EOF
+    ready=1
+    break
+  fi
+  sleep 0.2
+done
+((ready)) || { cat "$work/job.out" >&2; die "the status never showed both ranks running with operations"; }
+
+sleep 1.2  # one more sample: CPU and operations per second need two
+fetch /status "$work/status.json" >/dev/null
+"$PYTHON" - "$work/status.json" <<'EOF' || die "/status: $(cat "$work/status.json")"
+import json, sys
+job = json.load(open(sys.argv[1]))
+node = job["nodes"][0]
+assert node["state"] == "running" and node["restarts"] == 0 and node["max_restarts"] == 0, node
+ranks = sorted(node["ranks"], key=lambda r: r["rank"])
+assert [r["rank"] for r in ranks] == [0, 1], ranks
+for r in ranks:
+    assert r["pid"] > 0 and r["op"] == "all_reduce", r
+    assert r["rss_bytes"] > 10 << 20, r  # a python with torch
+    assert r["cpu_percent"] >= 0 and r["ops_per_second"] > 0, r
+    assert r["since_progress_seconds"] < 30, r
+EOF
+pass "/status: both ranks running in all_reduce, pids, memory, CPU and rates"
+
+code=$(fetch /metrics "$work/metrics.txt")
+[[ $code == 200 ]] || die "/metrics answered $code"
+grep -q '^# TYPE dtrun_rank_operations_total counter$' "$work/metrics.txt" ||
+  die "/metrics has no dtrun_rank_operations_total counter: $(head -c 600 "$work/metrics.txt")"
+grep -Eq '^dtrun_worker_up\{run_id="[^"]+",node="0",host="[^"]+",rank="1",local_rank="1"\} 1$' \
+  "$work/metrics.txt" || die "/metrics: no dtrun_worker_up sample for rank 1"
+[[ $(fetch / "$work/page.html") == 200 ]] && grep -q '<!doctype html>' "$work/page.html" ||
+  die "/ did not serve the live page"
+code=$(curl -s -o "$work/refused.txt" -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/status" || true)
+[[ $code == 401 ]] || die "/status without the token answered $code, expected 401"
+pass "/metrics in the text format, the page, the token"
+
+# dtrun top: plain lines when stdout is not a terminal; --json the endpoint's JSON.
+DTRUN_STORE_TOKEN=live-token "$DTRUN" top "127.0.0.1:$port" >"$work/top.txt" 2>&1 ||
+  die "dtrun top exited $?: $(cat "$work/top.txt")"
+grep -Eq '^dtrun [^ ]+: 1 node\(s\), 2 rank\(s\), round 0, restarts 0/0, running$' "$work/top.txt" ||
+  die "dtrun top's first line: $(head -n 1 "$work/top.txt")"
+[[ $(grep -Ec '^[01] +0 +[^ ]+ +[0-9]+ +running +all_reduce +[0-9]+' "$work/top.txt") -eq 2 ]] ||
+  die "dtrun top's rows: $(cat "$work/top.txt")"
+"$DTRUN" status "127.0.0.1:$port" --token=live-token --json | "$PYTHON" -c '
+import json, sys
+assert len(json.load(sys.stdin)["nodes"][0]["ranks"]) == 2' || die "dtrun status --json"
+rc=0
+out=$("$DTRUN" top "127.0.0.1:$port" 2>&1) || rc=$?
+[[ $rc -eq 1 && $out == *"needs its store token: pass --token or set DTRUN_STORE_TOKEN"* ]] ||
+  die "dtrun top without the token: exit $rc, '$out'"
+pass "dtrun top: a row per rank; dtrun status --json; the token's absence named"
+
+# A real Prometheus scrapes the agent (every second) and answers queries about it.
+pport=$(free_port)
+cat >"$work/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: dtrun
+    authorization:
+      credentials: live-token
+    static_configs:
+      - targets: ['127.0.0.1:$port']
+EOF
+prometheus --config.file="$work/prometheus.yml" --web.listen-address="127.0.0.1:$pport" \
+  --storage.tsdb.path="$work/tsdb" --log.level=warn >"$work/prometheus.log" 2>&1 &
+pids+=("$!")
+query() {  # <promql>: the JSON answer of Prometheus's query API
+  curl -s --max-time 5 -G "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1" || true
+}
+scraped=0
+for _ in $(seq $((LIMIT * 2))); do
+  if query 'dtrun_worker_up == 1' | "$PYTHON" -c '
+import json, sys
+try:
+    result = json.load(sys.stdin)["data"]["result"]
+except Exception:
+    sys.exit(1)
+sys.exit(0 if sorted(r["metric"]["rank"] for r in result) == ["0", "1"] else 1)'; then
+    scraped=1
+    break
+  fi
+  sleep 0.5
+done
+((scraped)) || { tail -n 20 "$work/prometheus.log" >&2; die "Prometheus never had dtrun_worker_up == 1 for ranks 0 and 1"; }
+query 'dtrun_rank_operations_total > 0' | "$PYTHON" -c '
+import json, sys
+result = json.load(sys.stdin)["data"]["result"]
+assert len(result) == 2 and all(r["metric"]["job"] == "dtrun" for r in result), result' ||
+  die "Prometheus: dtrun_rank_operations_total is not above 0 for both ranks"
+pass "Prometheus scraped the agent: dtrun_worker_up and dtrun_rank_operations_total per rank"
+
+touch "$work/stop"
+wait_until=$((SECONDS + LIMIT))
+while running "$job" && ((SECONDS < wait_until)); do sleep 0.1; done
+rc=0
+wait "$job" || rc=$?
+forget "$job"
+[[ $rc -eq 0 ]] || { tail -n 20 "$work/job.out" >&2; die "the job exited $rc, expected 0"; }
+[[ $(grep -c '^.*done$' "$work/job.out") -eq 2 ]] || die "not both ranks finished their loop"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "${auth[@]}" "http://127.0.0.1:$port/status" || true)
+[[ $code == 000 ]] || die "the endpoint still answers ($code) after the job ended"
+end_test "the job ran on under the live view and ended 0"
