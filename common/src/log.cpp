@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 
 #include <spdlog/cfg/env.h>
@@ -25,7 +26,14 @@ spdlog::logger& component(const char* name) {
   if (existing) {
     return *existing;
   }
-  auto logger = spdlog::stderr_color_mt(name);
+  std::shared_ptr<spdlog::logger> logger;
+  try {
+    logger = spdlog::stderr_color_mt(name);
+  } catch (const spdlog::spdlog_ex&) {
+    // Registered meanwhile by another copy of this file, which creationMutex does not cover:
+    // libdtrt.so links its own, hidden, beside the one of a program (a test) that links common.
+    return *spdlog::get(name);
+  }
   logger->set_pattern(kPattern);
   logger->set_level(spdlog::level::warn);
   logger->flush_on(spdlog::level::warn);
