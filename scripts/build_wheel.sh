@@ -24,7 +24,8 @@ python=/usr/bin/python3  # Debian's, with setuptools and wheel (the python3 on P
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-cmake --install "$build" --prefix "$stage/prefix" --strip >"$stage/install.log" 2>&1 ||
+# The launcher's component only: libdtrt-dev (lib/, include/) is not the wheel's.
+cmake --install "$build" --component dtrun --prefix "$stage/prefix" --strip >"$stage/install.log" 2>&1 ||
   die "cmake --install $build exited $?: $(tail -n 5 "$stage/install.log") (build dtrun and dtrun_netcheck first)"
 bins=("$stage/prefix/bin/dtrun" "$stage/prefix/bin/dtrun-netcheck")
 for bin in "${bins[@]}"; do

@@ -60,7 +60,9 @@ runs_from() {
 }
 
 # 1. cmake --install into a prefix.
-cmake --install "$BUILD" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
+# The launcher's component (libdtrt-dev's is libdtrt_package_test.sh's), so that dtrun and
+# dtrun-netcheck are all this test needs built.
+cmake --install "$BUILD" --component dtrun --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
   die "cmake --install exited $?: $(tail -n 5 "$work/install.log")"
 for f in bin/dtrun bin/dtrun-netcheck share/dtrun/python/sitecustomize.py \
   share/dtrun/python/dtrun_torch_hook.py share/dtrun/python/dtrun_progress.py \
@@ -73,7 +75,7 @@ pass "cmake --install: bin/dtrun, share/dtrun/python; 2 ranks loaded the hook fr
 cases=$((cases + 1))
 
 # 2. The Debian package.
-cpack --config "$BUILD/CPackConfig.cmake" -B "$work/pkg" >"$work/cpack.log" 2>&1 ||
+cpack --config "$BUILD/CPackConfig.cmake" -B "$work/pkg" -D CPACK_COMPONENTS_ALL=dtrun >"$work/cpack.log" 2>&1 ||
   die "cpack exited $?: $(tail -n 20 "$work/cpack.log")"
 arch=$(dpkg --print-architecture)
 deb=$work/pkg/dtrun_${version}_${arch}.deb

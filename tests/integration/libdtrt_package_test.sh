@@ -154,7 +154,9 @@ grep -qx "Package: libdtrt-dev" "$work/control" || die "package name: $(cat "$wo
 grep -qx "Version: $version" "$work/control" || die "package version: $(cat "$work/control")"
 grep -qx "Section: libdevel" "$work/control" || die "package section: $(cat "$work/control")"
 depends=$(sed -n 's/^Depends: //p' "$work/control")
-for dep in libc6 libstdc++6 libspdlog libssl3; do
+# libdtrt links the shared libstdc++ and Gloo (spdlog, fmt and, in a portable tree, OpenSSL are
+# compiled or linked in: cmake/DtrunPortable.cmake).
+for dep in libc6 libstdc++6 libgloo0; do
   [[ $depends == *"$dep"* ]] || die "Depends lacks $dep (dpkg-shlibdeps over libdtrt.so): '$depends'"
 done
 dpkg-deb -c "$deb" | awk '{print $6}' >"$work/files"
