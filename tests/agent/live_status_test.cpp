@@ -98,10 +98,12 @@ TEST_CASE("the job's metrics in Prometheus's text format", "[unit][agent][live]"
   CHECK(hasLine(text, "# TYPE dtrun_rank_operations_total counter"));
   CHECK(hasLine(text, "dtrun_rank_operations_total{" + node0 + R"(,rank="1",local_rank="1"} 12)"));
   // Lag: behind the furthest rank of the whole job (12 operations).
-  CHECK(hasLine(text, R"(dtrun_rank_lag_operations{run_id="job1",node="1",host="h\"1",rank="3",local_rank="1"} 5)"));
+  CHECK(hasLine(
+      text,
+      R"(dtrun_rank_lag_operations{run_id="job1",node="1",host="h\"1",rank="3",local_rank="1"} 5)"));
   CHECK(hasLine(text, "dtrun_rank_cpu_ratio{" + node0 + R"(,rank="0",local_rank="0"} 0.5)"));
-  CHECK(hasLine(text, "dtrun_rank_resident_memory_bytes{" + node0 +
-                          R"(,rank="0",local_rank="0"} 1048576)"));
+  CHECK(hasLine(
+      text, "dtrun_rank_resident_memory_bytes{" + node0 + R"(,rank="0",local_rank="0"} 1048576)"));
   // No GPU reading: no GPU family at all (an empty family would be noise).
   CHECK(text.find("gpu") == std::string::npos);
   CHECK(dtrun::agent::detail::escapeLabelValue("a\\b\"c\nd") == "a\\\\b\\\"c\\nd");
@@ -140,7 +142,8 @@ TEST_CASE("the status endpoint serves what was published, and refuses bad reques
     CHECK(metrics.ends_with("dtrun_workers_up 1\n"));
     CHECK(get(port, "/").find("<!doctype html>") != std::string::npos);
     CHECK(get(port, "/nope").starts_with("HTTP/1.1 404"));
-    CHECK(exchangeRaw(port, "POST /status HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
+    CHECK(
+        exchangeRaw(port, "POST /status HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 405"));
   }
   SECTION("junk bytes and a huge header") {
     CHECK(exchangeRaw(port, "\x16\x03\x01 not http at all\r\n\r\n").starts_with("HTTP/1.1 400"));

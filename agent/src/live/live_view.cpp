@@ -66,9 +66,8 @@ Result<std::unique_ptr<LiveView>> LiveView::start(boost::asio::io_context& io,
   options.port = config.statusPort;
   options.token = config.storeToken;
   DTRUN_ASSIGN_OR_RETURN(auto server, StatusServer::start(options));
-  std::unique_ptr<LiveView> view(new LiveView(io, config, std::move(host), group,
-                                              std::move(facts), std::move(server),
-                                              std::move(exchange)));
+  std::unique_ptr<LiveView> view(new LiveView(io, config, std::move(host), group, std::move(facts),
+                                              std::move(server), std::move(exchange)));
   view->refresh();
   view->arm();
   return view;
@@ -110,9 +109,8 @@ void LiveView::refresh() {
   node.uptimeSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   if (exchange_) {
-    exchange_->exchange(node, [this](std::vector<NodeStatus> others) {
-      others_ = std::move(others);
-    });
+    exchange_->exchange(node,
+                        [this](std::vector<NodeStatus> others) { others_ = std::move(others); });
   }
   publish(node);
 }

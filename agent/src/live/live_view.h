@@ -7,8 +7,8 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>

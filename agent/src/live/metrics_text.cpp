@@ -4,10 +4,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <optional>
-
-#include <cstdio>
 
 namespace dtrun::agent::detail {
 namespace {
@@ -39,8 +38,8 @@ std::string number(double value) {
 }
 
 void header(std::string& out, const Family& f) {
-  out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type +
-         "\n";
+  out +=
+      std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
 }
 
 std::string sample(const Family& f, const std::string& labels, double value) {
@@ -101,9 +100,9 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
   }
   nodeFamily(out, nodes, {"dtrun_workers_up", "gauge", "Worker processes running on the node."},
              [](const NodeStatus& n) {
-               return static_cast<double>(std::count_if(
-                   n.ranks.begin(), n.ranks.end(),
-                   [](const RankStatus& r) { return r.state == "running"; }));
+               return static_cast<double>(
+                   std::count_if(n.ranks.begin(), n.ranks.end(),
+                                 [](const RankStatus& r) { return r.state == "running"; }));
              });
   nodeFamily(out, nodes,
              {"dtrun_restarts_total", "counter", "Restarts of the worker group so far."},
@@ -114,14 +113,14 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
   nodeFamily(out, nodes,
              {"dtrun_agent_uptime_seconds", "gauge", "Seconds since the node's agent started."},
              [](const NodeStatus& n) { return n.uptimeSeconds; });
-  rankFamily(out, nodes, {"dtrun_worker_up", "gauge", "Whether the rank's worker runs (1) or not (0)."},
-             [](const RankStatus& r) -> std::optional<double> { return r.state == "running" ? 1 : 0; });
-  rankFamily(out, nodes,
-             {"dtrun_rank_operations_total", "counter",
-              "Collectives or steps the rank began (its progress counter)."},
-             [](const RankStatus& r) -> std::optional<double> {
-               return static_cast<double>(r.ops);
-             });
+  rankFamily(
+      out, nodes, {"dtrun_worker_up", "gauge", "Whether the rank's worker runs (1) or not (0)."},
+      [](const RankStatus& r) -> std::optional<double> { return r.state == "running" ? 1 : 0; });
+  rankFamily(
+      out, nodes,
+      {"dtrun_rank_operations_total", "counter",
+       "Collectives or steps the rank began (its progress counter)."},
+      [](const RankStatus& r) -> std::optional<double> { return static_cast<double>(r.ops); });
   rankFamily(out, nodes,
              {"dtrun_rank_seconds_since_progress", "gauge",
               "Seconds since the rank last began or ended an operation."},
@@ -132,14 +131,15 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
              [mostOps](const RankStatus& r) -> std::optional<double> {
                return static_cast<double>(mostOps - r.ops);
              });
-  rankFamily(out, nodes,
-             {"dtrun_rank_resident_memory_bytes", "gauge", "Resident memory of the rank's process."},
-             [](const RankStatus& r) -> std::optional<double> {
-               if (!r.rssBytes) {
-                 return std::nullopt;
-               }
-               return static_cast<double>(*r.rssBytes);
-             });
+  rankFamily(
+      out, nodes,
+      {"dtrun_rank_resident_memory_bytes", "gauge", "Resident memory of the rank's process."},
+      [](const RankStatus& r) -> std::optional<double> {
+        if (!r.rssBytes) {
+          return std::nullopt;
+        }
+        return static_cast<double>(*r.rssBytes);
+      });
   rankFamily(out, nodes,
              {"dtrun_rank_cpu_ratio", "gauge",
               "CPU time per second of the rank's process over the last second (1 = one CPU)."},
@@ -158,14 +158,15 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
                }
                return *r.gpuUtilization / 100.0;
              });
-  rankFamily(out, nodes,
-             {"dtrun_rank_gpu_memory_bytes", "gauge", "GPU memory the rank's process holds (NVML)."},
-             [](const RankStatus& r) -> std::optional<double> {
-               if (!r.gpuMemoryBytes) {
-                 return std::nullopt;
-               }
-               return static_cast<double>(*r.gpuMemoryBytes);
-             });
+  rankFamily(
+      out, nodes,
+      {"dtrun_rank_gpu_memory_bytes", "gauge", "GPU memory the rank's process holds (NVML)."},
+      [](const RankStatus& r) -> std::optional<double> {
+        if (!r.gpuMemoryBytes) {
+          return std::nullopt;
+        }
+        return static_cast<double>(*r.gpuMemoryBytes);
+      });
   return out;
 }
 

@@ -24,8 +24,9 @@ std::optional<T> optionalOf(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 nlohmann::json toJson(const RankStatus& r) {
-  nlohmann::json j = {{"rank", r.rank},   {"local_rank", r.localRank}, {"pid", r.pid},
-                      {"state", r.state}, {"op", r.op},                {"ops", r.ops}};
+  nlohmann::json j = {{"rank", r.rank}, {"local_rank", r.localRank},
+                      {"pid", r.pid},   {"state", r.state},
+                      {"op", r.op},     {"ops", r.ops}};
   putIf(j, "exit_code", r.exitCode);
   putIf(j, "in_op_seconds", r.inOpSeconds);
   putIf(j, "since_progress_seconds", r.sinceProgressSeconds);
@@ -43,16 +44,11 @@ nlohmann::json toJson(const NodeStatus& n) {
   for (const RankStatus& r : n.ranks) {
     ranks.push_back(toJson(r));
   }
-  return {{"host", n.host},
-          {"run_id", n.runId},
-          {"node_rank", n.nodeRank},
-          {"node_count", n.nodeCount},
-          {"round", n.round},
-          {"attempt", n.attempt},
-          {"restarts", n.restarts},
-          {"max_restarts", n.maxRestarts},
-          {"state", n.state},
-          {"uptime_seconds", n.uptimeSeconds},
+  return {{"host", n.host},           {"run_id", n.runId},
+          {"node_rank", n.nodeRank},  {"node_count", n.nodeCount},
+          {"round", n.round},         {"attempt", n.attempt},
+          {"restarts", n.restarts},   {"max_restarts", n.maxRestarts},
+          {"state", n.state},         {"uptime_seconds", n.uptimeSeconds},
           {"ranks", std::move(ranks)}};
 }
 

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <string_view>
 #include <thread>
-#include <vector>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -135,15 +135,16 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
                                  "the request did not arrive within the deadline"));
     }
     if (ec == http::error::header_limit) {
-      return reply(errorResponse(http::status::request_header_fields_too_large,
-                                 "request header over " +
-                                     std::to_string(state_->options.headerLimit) + " bytes"));
+      return reply(errorResponse(
+          http::status::request_header_fields_too_large,
+          "request header over " + std::to_string(state_->options.headerLimit) + " bytes"));
     }
     if (ec == http::error::end_of_stream || ec == asio::error::connection_reset) {
       return;  // the client went away
     }
     if (ec) {
-      return reply(errorResponse(http::status::bad_request, "not an HTTP request: " + ec.message()));
+      return reply(
+          errorResponse(http::status::bad_request, "not an HTTP request: " + ec.message()));
     }
     reply(answer(parser_.get()));
   }
@@ -175,8 +176,8 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
     if (path == "/") {
       return textResponse(http::status::ok, std::string(kLivePage), "text/html; charset=utf-8");
     }
-    return errorResponse(http::status::not_found,
-                         "no such page: " + std::string(path) + " (there are /, /status, /metrics)");
+    return errorResponse(http::status::not_found, "no such page: " + std::string(path) +
+                                                      " (there are /, /status, /metrics)");
   }
 
   void reply(Response response) {
@@ -198,32 +199,32 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
 };
 
 void StatusServer::State::accept() {
-  acceptor.async_accept(asio::make_strand(io), [self = shared_from_this()](error_code ec,
-                                                                          tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) {
-      return;
-    }
-    if (ec) {
-      self->retry.expires_after(std::chrono::milliseconds(50));
-      self->retry.async_wait([self](error_code waited) {
-        if (!waited) {
-          self->accept();
+  acceptor.async_accept(
+      asio::make_strand(io), [self = shared_from_this()](error_code ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted) {
+          return;
         }
+        if (ec) {
+          self->retry.expires_after(std::chrono::milliseconds(50));
+          self->retry.async_wait([self](error_code waited) {
+            if (!waited) {
+              self->accept();
+            }
+          });
+          return;
+        }
+        if (++self->connections > self->options.maxConnections) {
+          --self->connections;
+          error_code ignored;
+          socket.close(ignored);  // over the limit: closed at once, the loop stays free
+        } else {
+          std::erase_if(self->sessions, [](const auto& s) { return s.expired(); });
+          auto session = std::make_shared<StatusSession>(std::move(socket), self);
+          self->sessions.push_back(session);
+          session->run();
+        }
+        self->accept();
       });
-      return;
-    }
-    if (++self->connections > self->options.maxConnections) {
-      --self->connections;
-      error_code ignored;
-      socket.close(ignored);  // over the limit: closed at once, the loop stays free
-    } else {
-      std::erase_if(self->sessions, [](const auto& s) { return s.expired(); });
-      auto session = std::make_shared<StatusSession>(std::move(socket), self);
-      self->sessions.push_back(session);
-      session->run();
-    }
-    self->accept();
-  });
 }
 
 Result<std::unique_ptr<StatusServer>> StatusServer::start(const StatusServerOptions& options) {

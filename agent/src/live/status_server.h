@@ -17,8 +17,8 @@ namespace dtrun::agent::detail {
 
 struct StatusServerOptions {
   std::string address = "127.0.0.1";
-  std::uint16_t port = 0;  // 0: any free port (tests)
-  std::string token;       // "" = none
+  std::uint16_t port = 0;                           // 0: any free port (tests)
+  std::string token;                                // "" = none
   std::chrono::milliseconds requestDeadline{5000};  // a slow client is cut off after this
   std::size_t maxConnections = 64;                  // more are closed at once
   std::size_t headerLimit = 8192;                   // bytes; beyond: 431

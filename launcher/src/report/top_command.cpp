@@ -87,23 +87,21 @@ Result<std::string> fetchStatus(const TopOptions& o, std::chrono::milliseconds t
       ec = connected;
       return;
     }
-    auto request = std::make_shared<http::request<http::empty_body>>(http::verb::get,
-                                                                      "/status", 11);
+    auto request =
+        std::make_shared<http::request<http::empty_body>>(http::verb::get, "/status", 11);
     request->set(http::field::host, where->first);
     if (!o.token.empty()) {
       request->set(http::field::authorization, "Bearer " + o.token);
     }
-    http::async_write(stream, *request,
-                      [&, request](boost::system::error_code written, std::size_t) {
-                        if (written) {
-                          ec = written;
-                          return;
-                        }
-                        http::async_read(stream, buffer, response,
-                                         [&](boost::system::error_code read, std::size_t) {
-                                           ec = read;
-                                         });
-                      });
+    http::async_write(
+        stream, *request, [&, request](boost::system::error_code written, std::size_t) {
+          if (written) {
+            ec = written;
+            return;
+          }
+          http::async_read(stream, buffer, response,
+                           [&](boost::system::error_code read, std::size_t) { ec = read; });
+        });
   });
   io.run();
   if (ec) {
@@ -158,11 +156,18 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
   const auto& nodes = job["nodes"];
   for (const auto& n : nodes) {
     for (const auto& r : n.value("ranks", nlohmann::json::array())) {
-      Row row{r.value("rank", 0), n.value("node_rank", 0), n.value("host", ""), r.value("pid", 0),
-              r.value("state", ""), r.value("op", ""), r.value("ops", std::uint64_t{0}), 0,
-              r.value("ops_per_second", nlohmann::json()), r.value("since_progress_seconds",
-                                                                   nlohmann::json()),
-              r.value("cpu_percent", nlohmann::json()), r.value("rss_bytes", nlohmann::json())};
+      Row row{r.value("rank", 0),
+              n.value("node_rank", 0),
+              n.value("host", ""),
+              r.value("pid", 0),
+              r.value("state", ""),
+              r.value("op", ""),
+              r.value("ops", std::uint64_t{0}),
+              0,
+              r.value("ops_per_second", nlohmann::json()),
+              r.value("since_progress_seconds", nlohmann::json()),
+              r.value("cpu_percent", nlohmann::json()),
+              r.value("rss_bytes", nlohmann::json())};
       most = std::max(most, row.ops);
       rows.push_back(std::move(row));
     }
@@ -177,14 +182,15 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
     return a.rank < b.rank;
   });
   const nlohmann::json first = nodes.empty() ? nlohmann::json::object() : nodes[0];
-  out << "dtrun " << job.value("run_id", "") << ": " << nodes.size() << " node(s), "
-      << rows.size() << " rank(s), round " << first.value("round", 0) << ", restarts "
+  out << "dtrun " << job.value("run_id", "") << ": " << nodes.size() << " node(s), " << rows.size()
+      << " rank(s), round " << first.value("round", 0) << ", restarts "
       << first.value("restarts", 0) << "/" << first.value("max_restarts", 0) << ", "
       << first.value("state", "") << "\n";
   out << std::left << std::setw(6) << "rank" << std::setw(5) << "node" << std::setw(16) << "host"
       << std::setw(9) << "pid" << std::setw(10) << "state" << std::setw(16) << "op" << std::right
       << std::setw(8) << "ops" << std::setw(8) << "ops/s" << std::setw(8) << "idle_s"
-      << std::setw(6) << "lag" << std::setw(6) << "cpu%" << std::setw(8) << "rss_MiB" << "\n";
+      << std::setw(6) << "lag" << std::setw(6) << "cpu%" << std::setw(8) << "rss_MiB"
+      << "\n";
   for (const Row& row : rows) {
     const std::string rss =
         row.rss.is_number() ? std::to_string(row.rss.get<std::uint64_t>() >> 20U) : "-";
@@ -252,8 +258,7 @@ std::function<int()> addTopCommand(CLI::App& app) {
   top->alias("status");
   top->add_option("address", options->address, "HOST:PORT of the job's status endpoint")
       ->required();
-  top->add_option("--token", options->token,
-                  "The job's store token (default: DTRUN_STORE_TOKEN)");
+  top->add_option("--token", options->token, "The job's store token (default: DTRUN_STORE_TOKEN)");
   top->add_option("--sort", options->sort, "Row order: lag (the slowest first) or rank")
       ->capture_default_str();
   top->add_option("--interval", options->interval, "Seconds between refreshes (default 1)");
