@@ -17,6 +17,7 @@ die() { echo "build_wheel: $*" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$1" 2>/dev/null && pwd) || die "$1: no such build directory (scripts/build.sh release makes build/)"
 out=${2:-$build/wheel}
+mkdir -p "$out" && out=$(cd "$out" && pwd) || die "$out: cannot make the output directory"  # absolute: the build runs elsewhere
 python=/usr/bin/python3  # Debian's, with setuptools and wheel (the python3 on PATH may lack them)
 [[ -f $build/CMakeCache.txt ]] || die "$build has no CMakeCache.txt: name a configured build directory"
 "$python" -I -c 'import build.__main__, setuptools, wheel' 2>/dev/null ||

@@ -105,4 +105,12 @@ runs_from "$work/root/usr/bin/dtrun" "$work/root/usr/share/dtrun/python"
 pass "dpkg -x into a scratch root: 2 ranks loaded the hook from its usr/share/dtrun/python"
 cases=$((cases + 1))
 
+# `man dtrun` as it reads the installed package's page (man-db finds it through MANPATH, as it
+# finds /usr/share/man once the package is installed).
+page=$(MANPATH="$work/root/usr/share/man" MANWIDTH=100 man -P cat dtrun 2>&1) || die "man dtrun exited $?: $page"
+[[ $page == *"--nproc_per_node"* && $page == *"EXIT STATUS"* ]] ||
+  die "man dtrun shows no options or exit status: $(head -n 5 <<<"$page")"
+pass "man dtrun reads the package's page ($(wc -l <<<"$page") lines)"
+cases=$((cases + 1))
+
 end_test "$cases cases"
