@@ -31,6 +31,14 @@ std::optional<long long> parseCount(std::string_view text) {
   return value;
 }
 
+Result<int> countOf(const Var& var, std::string_view what) {
+  const auto n = parseCount(var.second);
+  if (!n || *n > static_cast<long long>(kMaxHosts)) {
+    return malformed(var, "expected " + std::string(what));
+  }
+  return static_cast<int>(*n);
+}
+
 Status malformed(const Var& var, std::string_view problem) {
   return Status::invalidArgument(var.first + "='" + var.second + "': " + std::string(problem) +
                                  std::string(kBypass));

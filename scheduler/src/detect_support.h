@@ -49,6 +49,10 @@ std::optional<long long> parseCount(std::string_view text);
 // "NAME='value': problem" + kBypass.
 Status malformed(const Var& var, std::string_view problem);
 
+// A count read from `var`: a non-negative number up to kMaxHosts, else malformed() saying
+// "expected <what>".
+Result<int> countOf(const Var& var, std::string_view what);
+
 // Up to 8 hosts, comma-separated, then the count.
 std::string listOf(const std::vector<std::string>& hosts);
 

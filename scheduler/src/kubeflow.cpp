@@ -15,14 +15,6 @@
 namespace dtrun::scheduler::detail {
 namespace {
 
-Result<int> countIn(const Var& var, std::string_view what) {
-  const auto n = parseCount(var.second);
-  if (!n || *n > static_cast<long long>(kMaxHosts)) {
-    return malformed(var, "expected " + std::string(what));
-  }
-  return static_cast<int>(*n);
-}
-
 // PET_NNODES: "2", or an elastic job's "1:4" (its largest count).
 std::optional<long long> nodesOf(std::string_view text) {
   const auto colon = text.find(':');
@@ -55,7 +47,7 @@ Result<Allocation> detectKubeflow(const Env& env) {
     a.hostsFrom = nodes->first + "=" + nodes->second;
   } else if (world) {
     // The older operator counts one process per pod: WORLD_SIZE is the pods.
-    DTRUN_ASSIGN_OR_RETURN(a.nodeCount, countIn(*world, "a process count"));
+    DTRUN_ASSIGN_OR_RETURN(a.nodeCount, countOf(*world, "a process count"));
     a.hostsFrom = world->first + "=" + world->second + " (pods)";
   } else {
     return Status::invalidArgument(
@@ -69,7 +61,7 @@ Result<Allocation> detectKubeflow(const Env& env) {
         " is set but neither PET_NODE_RANK nor RANK: pass --scheduler "
         "none and give --nnodes, --node_rank and --master_addr yourself");
   }
-  DTRUN_ASSIGN_OR_RETURN(a.nodeIndex, countIn(*index, "a node rank"));
+  DTRUN_ASSIGN_OR_RETURN(a.nodeIndex, countOf(*index, "a node rank"));
   if (a.nodeCount == 0 || a.nodeIndex >= a.nodeCount) {
     return malformed(*index, "out of range for " + a.hostsFrom);
   }

@@ -20,15 +20,6 @@ constexpr std::string_view kGiveMaster =
     "pass --master_addr=<the host of rank 0> (the port is derived from the job unless "
     "--master_port is given), or --rdzv_backend=c10d --rdzv_endpoint=<host>:<port>";
 
-// A count read from `var`: a non-negative number, else one line naming it.
-Result<int> countOf(const Var& var, std::string_view what) {
-  const auto n = parseCount(var.second);
-  if (!n || *n > static_cast<long long>(kMaxHosts)) {
-    return malformed(var, "expected " + std::string(what));
-  }
-  return static_cast<int>(*n);
-}
-
 // The first address of an Open MPI 4 contact URI: "<jobid>.<vpid>;tcp://10.0.0.1,10.1.0.1:4711;
 // tcp6://[fe80::1]:4712" -> 10.0.0.1 (IPv4 first, as the daemons connect).
 std::optional<std::string> uriAddress(std::string_view uri) {

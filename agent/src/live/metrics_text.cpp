@@ -37,6 +37,15 @@ std::string number(double value) {
   return text.data();
 }
 
+// A reading times `factor` (percent to a ratio), or nothing when there is no reading.
+template <typename T>
+std::optional<double> scaled(const std::optional<T>& value, double factor) {
+  if (!value) {
+    return std::nullopt;
+  }
+  return static_cast<double>(*value) * factor;
+}
+
 void header(std::string& out, const Family& f) {
   out +=
       std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
@@ -134,39 +143,19 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
   rankFamily(
       out, nodes,
       {"dtrun_rank_resident_memory_bytes", "gauge", "Resident memory of the rank's process."},
-      [](const RankStatus& r) -> std::optional<double> {
-        if (!r.rssBytes) {
-          return std::nullopt;
-        }
-        return static_cast<double>(*r.rssBytes);
-      });
+      [](const RankStatus& r) { return scaled(r.rssBytes, 1.0); });
   rankFamily(out, nodes,
              {"dtrun_rank_cpu_ratio", "gauge",
               "CPU time per second of the rank's process over the last second (1 = one CPU)."},
-             [](const RankStatus& r) -> std::optional<double> {
-               if (!r.cpuPercent) {
-                 return std::nullopt;
-               }
-               return *r.cpuPercent / 100.0;
-             });
+             [](const RankStatus& r) { return scaled(r.cpuPercent, 0.01); });
   rankFamily(out, nodes,
              {"dtrun_rank_gpu_utilization_ratio", "gauge",
               "How busy the GPU the rank computes on was (NVML, 0 to 1)."},
-             [](const RankStatus& r) -> std::optional<double> {
-               if (!r.gpuUtilization) {
-                 return std::nullopt;
-               }
-               return *r.gpuUtilization / 100.0;
-             });
+             [](const RankStatus& r) { return scaled(r.gpuUtilization, 0.01); });
   rankFamily(
       out, nodes,
       {"dtrun_rank_gpu_memory_bytes", "gauge", "GPU memory the rank's process holds (NVML)."},
-      [](const RankStatus& r) -> std::optional<double> {
-        if (!r.gpuMemoryBytes) {
-          return std::nullopt;
-        }
-        return static_cast<double>(*r.gpuMemoryBytes);
-      });
+      [](const RankStatus& r) { return scaled(r.gpuMemoryBytes, 1.0); });
   return out;
 }
 
