@@ -6,7 +6,7 @@
 #   /metrics  Prometheus's text format, scraped by Debian's real prometheus server (started on
 #             loopback with a scrape config for the agent) and read back through its HTTP query
 #             API: dtrun_worker_up and dtrun_rank_operations_total per rank
-#   /         the live page (self-contained HTML)
+#   /         the live page (self-contained HTML), opened in headless chromium: a row per rank
 #   a store token (DTRUN_STORE_TOKEN): a request without it gets 401, with it 200
 # The job keeps running meanwhile and ends 0 when told to; the endpoint closes with it.
 #   bash tests/integration/live_status_test.sh /abs/path/to/build/launcher/dtrun
@@ -111,6 +111,18 @@ out=$("$DTRUN" top "127.0.0.1:$port" 2>&1) || rc=$?
 [[ $rc -eq 1 && $out == *"needs its store token: pass --token or set DTRUN_STORE_TOKEN"* ]] ||
   die "dtrun top without the token: exit $rc, '$out'"
 pass "dtrun top: a row per rank; dtrun status --json; the token's absence named"
+
+# The page in a real headless browser: its script reads /status (with the page's token) and draws
+# a row per rank. --virtual-time-budget lets the page's timers and fetch run before the DOM dump.
+browser=$(command -v chromium-headless-shell || command -v chromium || true)
+[[ -n $browser ]] || die "no headless browser: run scripts/setup.sh (chromium-headless-shell)"
+timeout 60 "$browser" --headless --no-sandbox --disable-gpu --user-data-dir="$work/profile" \
+  --virtual-time-budget=3000 --dump-dom "http://127.0.0.1:$port/?token=live-token" \
+  >"$work/dom.html" 2>"$work/browser.err" || die "$browser failed: $(tail -3 "$work/browser.err")"
+rows=$(grep -o '<tr[^>]*><td>[01]</td><td>0</td>' "$work/dom.html" | wc -l)
+[[ $rows -eq 2 ]] || die "the live page shows $rows rank rows, expected 2: $(grep -o '<tbody.*</tbody>' "$work/dom.html" | head -c 800)"
+grep -q '<td class="l">all_reduce</td>' "$work/dom.html" || die "the live page shows no all_reduce"
+pass "the live page in headless chromium: a row per rank, each in all_reduce"
 
 # A real Prometheus scrapes the agent (every second) and answers queries about it.
 pport=$(free_port)
