@@ -40,7 +40,7 @@ refused "running in the batch script of a 2-node SLURM job" \
   SLURM_JOB_ID=55 SLURM_JOB_NODELIST='n[1-2]' SLURM_NODEID=0 -- --no_python true
 refused "dtrun: PBS_NODEFILE='$work/none' cannot be read" \
   PBS_JOBID=8.srv PBS_NODEFILE="$work/none" -- --no_python true
-refused "dtrun: --scheduler: expected auto, slurm, pbs, lsf, flux, mpi or none, got 'sge'" \
+refused "dtrun: --scheduler: expected auto, slurm, pbs, lsf, flux, mpi, kubeflow or none, got 'sge'" \
   -- --scheduler=sge --no_python true
 refused "dtrun: --scheduler slurm: SLURM_JOB_ID is not set" \
   -- --scheduler slurm --no_python true

@@ -60,6 +60,7 @@ struct StatusServer::State : std::enable_shared_from_this<StatusServer::State> {
   asio::steady_timer retry;  // an accept that failed (EMFILE) is tried again after a pause
   std::thread thread;
   std::atomic<std::size_t> connections{0};
+  std::uint16_t port = 0;  // the bound one, read before the thread starts
   std::vector<std::weak_ptr<StatusSession>> sessions;  // the io thread's only: closed at the end
   std::mutex mutex;
   std::shared_ptr<const std::string> status = std::make_shared<const std::string>("{}");
@@ -250,6 +251,7 @@ Result<std::unique_ptr<StatusServer>> StatusServer::start(const StatusServerOpti
                               std::to_string(options.port) + ": " + ec.message() +
                               " (pick another port, or 0 for a free one)");
   }
+  state->port = state->acceptor.local_endpoint(ec).port();
   state->accept();
   state->thread = std::thread([s = state.get()] { s->io.run(); });
   return std::unique_ptr<StatusServer>(new StatusServer(std::move(state)));
@@ -275,10 +277,7 @@ StatusServer::~StatusServer() {
   }
 }
 
-std::uint16_t StatusServer::port() const {
-  error_code ec;
-  return state_->acceptor.local_endpoint(ec).port();
-}
+std::uint16_t StatusServer::port() const { return state_->port; }
 
 void StatusServer::publish(std::string statusJson, std::string metrics) {
   auto status = std::make_shared<const std::string>(std::move(statusJson));
