@@ -47,7 +47,10 @@ done
 share=$(realpath "$venv/share/dtrun/python")
 [[ -f $share/sitecustomize.py && -f $share/dtrun_torch_hook.py ]] || die "the venv has no share/dtrun/python hook"
 [[ $("$venv/bin/dtrun" --version) == "$("$DTRUN" --version)" ]] || die "the venv's dtrun --version differs"
-pass "pip install --no-index: bin/dtrun, bin/dtrun-netcheck, share/dtrun/python in the venv"
+for f in share/man/man1/dtrun.1 share/bash-completion/completions/dtrun; do
+  [[ -s $venv/$f ]] || die "the venv has no $f (the wheel takes the install's man page and completion)"
+done
+pass "pip install --no-index: bin/dtrun, bin/dtrun-netcheck, share/dtrun/python, the man page and completion in the venv"
 cases=$((cases + 1))
 
 # 3. A 2-rank gloo job through each entry, the hook from the venv's share/dtrun/python.
