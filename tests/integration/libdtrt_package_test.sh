@@ -59,12 +59,16 @@ loads_from() {
   [[ -n $found && $(realpath "$(dirname "$found")") == "$(realpath "$2")" ]] ||
     die "$1 loads libdtrt from elsewhere than $2: $line"
 }
+# A libdtrt built with a sanitizer needs its runtime loaded first: the consumers of a sanitizer
+# tree are built with the same -fsanitize (as a user of such a build would).
+sanitize=$(sed -n 's/^DTRUN_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt")
+consumer_flags=${sanitize:+-fsanitize=$sanitize}
 # cmake_consumer <label> <source dir> <prefix>: configures and builds a consumer project against
 # <prefix> alone (no user or system package registry), checking which dtrun package it found.
 cmake_consumer() {
   local label=$1 src=$2 prefix=$3 dir=$work/$1
   cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$dir.log" 2>&1 ||
+    -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_CXX_FLAGS="$consumer_flags" >"$dir.log" 2>&1 ||
     die "$label: cmake configure exited $?: $(tail -n 20 "$dir.log")"
   grep -qx "dtrun_DIR:PATH=$prefix/lib/cmake/dtrun" "$dir/CMakeCache.txt" ||
     die "$label: found another dtrun package: $(grep '^dtrun_DIR' "$dir/CMakeCache.txt")"
@@ -73,7 +77,8 @@ cmake_consumer() {
 # make_consumer <label> <pkgconfig dir>: the Makefile's build through pkg-config.
 make_consumer() {
   mkdir -p "$work/$1"
-  PKG_CONFIG_PATH=$2 make -C "$consumer" O="$work/$1" >"$work/$1.log" 2>&1 ||
+  PKG_CONFIG_PATH=$2 make -C "$consumer" O="$work/$1" CXXFLAGS="-O2 -Wall $consumer_flags" \
+    >"$work/$1.log" 2>&1 ||
     die "$1: make exited $?: $(tail -n 20 "$work/$1.log")"
 }
 sums='allreduce_sum: rank {r} of 2: 3 30 300'
