@@ -49,7 +49,8 @@ std::vector<std::string> wordsOf(const CLI::App& command, const CLI::Option* opt
   const auto first = type.find('{');
   const auto last = type.find('}', first);
   if (first != std::string::npos && last != std::string::npos) {
-    return splitWords(std::string_view(type).substr(first + 1, last - first - 1), ',');
+    const std::string_view words = type;
+    return splitWords(words.substr(first + 1, last - first - 1), ',');
   }
   if (command.get_parent() != nullptr || option->get_lnames().empty()) {
     return {};
@@ -289,7 +290,7 @@ std::string bashCompletion(const CLI::App& app) {
         patterns.push_back(shellQuoted(key + " "));
       } else if (takesValue(option)) {
         for (const std::string& name : namesOf(option)) {
-          patterns.push_back(shellQuoted(key + " " + name));
+          patterns.push_back(shellQuoted(std::string(key).append(" ").append(name)));
         }
       }
       if (patterns.empty() || (option->get_positional() && wordsOf(*command, option).empty())) {

@@ -33,7 +33,7 @@ std::string number(double value) {
     return "NaN";
   }
   std::array<char, 32> text{};
-  std::snprintf(text.data(), text.size(), "%.15g", value);
+  static_cast<void>(std::snprintf(text.data(), text.size(), "%.15g", value));
   return text.data();
 }
 

@@ -219,8 +219,8 @@ int runTop(TopOptions o) {
     return 2;
   }
   const bool live = !o.json && !o.once && ::isatty(STDOUT_FILENO) == 1;
-  std::signal(SIGINT, [](int) { gTopStop = 1; });
-  std::signal(SIGTERM, [](int) { gTopStop = 1; });
+  static_cast<void>(std::signal(SIGINT, [](int) { gTopStop = 1; }));
+  static_cast<void>(std::signal(SIGTERM, [](int) { gTopStop = 1; }));
   do {
     auto body = fetchStatus(o, std::chrono::milliseconds(3000));
     if (!body.isOk()) {
