@@ -19,7 +19,9 @@ DTRUN_PROGRESS_FILE) every call does nothing.
 File layout (little-endian; see common/src/progress_file.h, the one definition):
   8 seq (odd while writing), 16 ops, 24 op start (CLOCK_MONOTONIC ns, 0 = none), 32 last change,
   40 bytes, 48 store connected (CLOCK_REALTIME ns), 56 communicator ready, 64 stack signal (i32),
-  68 pid (i32), 72 op name (40 bytes), 112 group (48 bytes).
+  68 pid (i32), 72 op name (40 bytes), 112 group (48 bytes), 160 entry times on (i32, set by the
+  agent for straggler detection), 256 the last 32 operations' entry times (CLOCK_REALTIME ns,
+  operation n at index n % 32).
 """
 
 import contextlib
@@ -32,21 +34,25 @@ import threading
 import time
 
 _MAGIC = 0x3147525054525444
-_SIZE = 256
+_SIZE = 512
+_RING = 256
+_RING_SIZE = 32
 _lock = threading.Lock()
 _map = None
 _stack_file = None
+_entry_times = False  # the agent compares entry times (read once: it never changes)
 # Precompiled layouts: begin() and end() are on the path of every collective the torch hook
 # (dtrun_torch_hook.py) wraps, so each is a handful of pack_into calls and nothing more.
 _SEQ = struct.Struct("<Q")  # 8
 _BEGIN = struct.Struct("<QqqQ")  # 16 ops, 24 op start, 32 last change, 40 bytes
 _END = struct.Struct("<qq")  # 24 op start (0), 32 last change
 _NAMES = struct.Struct("40s48s")  # 72 op, 112 group
+_ENTRY = struct.Struct("<q")
 _encoded = {}  # (op, group) -> the two NUL-padded fields
 
 
 def _open():
-    global _map, _stack_file
+    global _map, _stack_file, _entry_times
     path = os.environ.get("DTRUN_PROGRESS_FILE")
     if not path:
         return
@@ -64,6 +70,7 @@ def _open():
         mapped.close()
         return
     _map = mapped
+    _entry_times = struct.unpack_from("<i", mapped, 160)[0] != 0
     log_dir = os.environ.get("DTRUN_LOG_DIR")
     if log_dir:
         try:
@@ -109,7 +116,10 @@ def begin(op, group="", nbytes=0):
         now = time.monotonic_ns()
         seq = _SEQ.unpack_from(mapped, 8)[0]
         _SEQ.pack_into(mapped, 8, seq + 1)
-        _BEGIN.pack_into(mapped, 16, _SEQ.unpack_from(mapped, 16)[0] + 1, now, now, nbytes)
+        ops = _SEQ.unpack_from(mapped, 16)[0] + 1
+        _BEGIN.pack_into(mapped, 16, ops, now, now, nbytes)
+        if _entry_times:
+            _ENTRY.pack_into(mapped, _RING + 8 * (ops % _RING_SIZE), time.time_ns())
         _NAMES.pack_into(mapped, 72, names[0], names[1])
         _SEQ.pack_into(mapped, 8, seq + 2)
 

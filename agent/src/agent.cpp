@@ -2,6 +2,7 @@
 #include "dtrun/agent.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <iostream>
 
 #include <signal.h>
@@ -124,7 +125,7 @@ Status Agent::prepare() {
                           relay.status().message());
       }
     }
-    if (config_.statusPort >= 0) {  // this node in the job's live view
+    if (LiveView::wanted(config_)) {  // this node in the job's live view
       auto connected = LiveExchange::connect(io_, link.stores, config_.runId, gathersJob());
       if (connected.isOk()) {
         liveExchange = std::move(connected).value();
@@ -147,12 +148,15 @@ Status Agent::prepare() {
   DTRUN_ASSIGN_OR_RETURN(runDir_, createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
   writeRunFacts(runDir_, config_, host_);
   log_.setRunDir(runDir_);
-  if (config_.statusPort >= 0) {
-    DTRUN_ASSIGN_OR_RETURN(liveView_, LiveView::start(
-                                          io_, config_, host_, group_,
-                                          [this] { return liveFacts(); }, std::move(liveExchange)));
-    log::agent().info("live status of this node: http://{}:{}/ (/status, /metrics)",
-                      config_.statusAddr, liveView_->port());
+  if (LiveView::wanted(config_)) {
+    DTRUN_ASSIGN_OR_RETURN(
+        liveView_, LiveView::start(
+                       io_, config_, host_, group_, [this] { return liveFacts(); },
+                       std::move(liveExchange), [this](const Straggler& s) { onStraggler(s); }));
+    if (config_.statusPort >= 0) {
+      log::agent().info("live status of this node: http://{}:{}/ (/status, /metrics)",
+                        config_.statusAddr, liveView_->port());
+    }
   }
   return Status::ok();
 }
@@ -180,6 +184,18 @@ LiveFacts Agent::liveFacts() const {
     facts.state = "running";
   }
   return facts;
+}
+
+// Named once (until it recovers) by the agent that sees the whole job.
+void Agent::onStraggler(const Straggler& s) {
+  std::cerr << std::fixed << std::setprecision(2) << "dtrun: straggler: rank " << s.rank << " on "
+            << s.host << " (node " << s.nodeRank << ") reaches collectives " << s.lateSeconds
+            << " s after the others, late in " << s.lateCount << " of the last " << s.judged
+            << " (--straggler_threshold="
+            << static_cast<double>(config_.stragglerThreshold.count()) / 1000.0 << ")\n"
+            << std::defaultfloat;
+  log_.stragglerNamed(StragglerRecord{Clock::now(), restartCount_, s.rank, s.nodeRank, s.host,
+                                      s.lateSeconds, s.lateCount, s.judged});
 }
 
 HealthPlan Agent::healthPlan(std::chrono::milliseconds storeConnectWait) const {

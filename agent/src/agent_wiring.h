@@ -58,6 +58,7 @@ class Agent {
   void recordRootCause(const WorkerFailure& root);
   void finish(int code);
   [[nodiscard]] LiveFacts liveFacts() const;
+  void onStraggler(const Straggler& s);
 
   // ---- a multi-node job's rounds (agent_rounds.cpp) ----
   void rendezvous();

@@ -26,6 +26,8 @@ constexpr std::size_t kStackSignal = 64;
 constexpr std::size_t kPid = 68;
 constexpr std::size_t kOp = 72;
 constexpr std::size_t kGroup = 112;
+constexpr std::size_t kEntryTimes = 160;
+constexpr std::size_t kEntryRing = 256;
 constexpr int kReadTries = 64;
 
 // Every field is accessed atomically (relaxed) so that the two processes never race in the
@@ -90,13 +92,15 @@ unsigned char* mapFile(const std::string& path, bool writable) {
 std::int64_t monotonicNs() { return clockNs(CLOCK_MONOTONIC); }
 std::int64_t realtimeNs() { return clockNs(CLOCK_REALTIME); }
 
-bool createProgressFile(const std::string& path) {
+bool createProgressFile(const std::string& path, bool entryTimes) {
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     return false;
   }
   std::array<unsigned char, kProgressFileSize> content{};
   std::memcpy(content.data(), &kProgressMagic, sizeof kProgressMagic);
+  const std::int32_t on = entryTimes ? 1 : 0;
+  std::memcpy(content.data() + kEntryTimes, &on, sizeof on);
   return ::write(fd.get(), content.data(), content.size()) == static_cast<ssize_t>(content.size());
 }
 
@@ -128,7 +132,12 @@ void ProgressWriter::begin(const char* op, const std::string& group, std::uint64
   seq.store(s + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   const std::int64_t now = monotonicNs();
-  field<std::uint64_t>(base_, kOps).fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t ops =
+      field<std::uint64_t>(base_, kOps).fetch_add(1, std::memory_order_relaxed) + 1;
+  if (load<std::int32_t>(base_, kEntryTimes) != 0) {
+    field<std::int64_t>(base_, kEntryRing + 8 * (ops % kEntryRingSize))
+        .store(realtimeNs(), std::memory_order_relaxed);
+  }
   field<std::int64_t>(base_, kOpStart).store(now, std::memory_order_relaxed);
   field<std::int64_t>(base_, kChanged).store(now, std::memory_order_relaxed);
   field<std::uint64_t>(base_, kBytes).store(bytes, std::memory_order_relaxed);
@@ -186,6 +195,16 @@ std::optional<Snapshot> ProgressReader::read() const {
     s.bytes = load<std::uint64_t>(base_, kBytes);
     s.op = loadText(base_, kOp, kOpNameSize);
     s.group = loadText(base_, kGroup, kGroupNameSize);
+    if (load<std::int32_t>(base_, kEntryTimes) != 0) {
+      // The oldest first; slots of operations not begun yet (or before the ring filled) hold 0.
+      const std::uint64_t first = s.ops >= kEntryRingSize ? s.ops - kEntryRingSize + 1 : 1;
+      for (std::uint64_t n = first; n <= s.ops; ++n) {
+        const auto at = load<std::int64_t>(base_, kEntryRing + 8 * (n % kEntryRingSize));
+        if (at != 0) {
+          s.entries.emplace_back(n, at);
+        }
+      }
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (load<std::uint64_t>(base_, kSeq) != before) {
       continue;

@@ -17,17 +17,25 @@
 //   68  i32 pid
 //   72  char op[40]     NUL-padded, e.g. "all_reduce"
 //   112 char group[48]  NUL-padded, e.g. "dtrt/tcp/world"
+//   160 i32 entryTimes  set by the agent when it compares ranks' entry times (straggler
+//                       detection): only then do writers fill the ring below
+//   256 i64 entryNs[32] CLOCK_REALTIME ns at which operation n began, at index n % 32: the last
+//                       32 operations' entry times. Realtime, because the agent compares them
+//                       across hosts (NTP keeps hosts' clocks within milliseconds).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dtrun::progress {
 
 inline constexpr std::uint64_t kProgressMagic = 0x3147525054525444ULL;  // "DTRTPRG1" read as LE
-inline constexpr std::size_t kProgressFileSize = 256;
+inline constexpr std::size_t kProgressFileSize = 512;
+inline constexpr std::size_t kEntryRingSize = 32;
 inline constexpr std::size_t kOpNameSize = 40;
 inline constexpr std::size_t kGroupNameSize = 48;
 
@@ -42,14 +50,17 @@ struct Snapshot {
   int pid = 0;
   std::string op;
   std::string group;
+  // Operation number -> CLOCK_REALTIME ns it began, the newest last: what the ring holds of the
+  // last kEntryRingSize operations (empty unless the file was created with entry times on).
+  std::vector<std::pair<std::uint64_t, std::int64_t>> entries;
 };
 
 std::int64_t monotonicNs();
 std::int64_t realtimeNs();
 
-// Creates (or truncates) `path` as an empty progress file: magic set, everything else zero.
-// False on any error (the caller names the path).
-bool createProgressFile(const std::string& path);
+// Creates (or truncates) `path` as an empty progress file: magic set, everything else zero but
+// the entry-times switch. False on any error (the caller names the path).
+bool createProgressFile(const std::string& path, bool entryTimes = false);
 
 // The worker's side. Thread-safe (a mutex serialises writers; the reader never blocks them).
 class ProgressWriter {

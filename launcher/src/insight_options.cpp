@@ -15,7 +15,8 @@ using text::isDigits;
 using text::parseInt;
 using text::trim;
 
-// dtrun's own job insight: --report, --hang_timeout, --python_hook, --verbose and --dry-run.
+// dtrun's own job insight: --report, --hang_timeout, the live view, --python_hook, --verbose and
+// --dry-run.
 Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan& plan) {
   agent::AgentConfig& config = plan.config;
   if (const auto report = options.find("report")) {
@@ -72,14 +73,29 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
     return expected(statusAddr, "an IP address to listen on (127.0.0.1, 0.0.0.0, ...)");
   }
   config.statusAddr = std::string(trim(statusAddr.text));
+  // Straggler detection is on by default with the live view: it costs the workers one clock
+  // read per collective and the agent nothing it does not already do each second.
+  const auto threshold = options.get("straggler_threshold", config.statusPort >= 0 ? "0.2" : "0");
+  const auto thresholdSeconds = parseNumber(threshold.text);
+  if (!thresholdSeconds || *thresholdSeconds < 0 || *thresholdSeconds > kMaxDurationSeconds) {
+    return expected(threshold, "a non-negative number of seconds (0 = off)");
+  }
+  config.stragglerThreshold = std::chrono::milliseconds(std::llround(*thresholdSeconds * 1000.0));
+  const auto window = options.get("straggler_window", "50");
+  const auto windowSize = isDigits(trim(window.text)) ? parseInt(trim(window.text)) : std::nullopt;
+  if (!windowSize || *windowSize < 2 || *windowSize > 100000) {
+    return expected(window, "a number of collectives from 2 to 100000");
+  }
+  config.stragglerWindow = static_cast<int>(*windowSize);
   const auto hook = options.get("python_hook", "auto");
   if (hook.text != "auto" && hook.text != "on" && hook.text != "off") {
     return expected(hook, "auto, on or off");
   }
   // --verbose's startup timeline reads the store and communicator times from the hook; the live
   // view its operations.
-  if (hook.text == "on" || (hook.text == "auto" && (config.hangTimeout.count() > 0 ||
-                                                    config.verbose || config.statusPort >= 0))) {
+  if (hook.text == "on" ||
+      (hook.text == "auto" && (config.hangTimeout.count() > 0 || config.verbose ||
+                               config.statusPort >= 0 || config.stragglerThreshold.count() > 0))) {
     static constexpr std::string_view kMissing =
         "dtrun's Python hook (share/dtrun/python/sitecustomize.py) is not installed beside this "
         "dtrun";

@@ -155,14 +155,21 @@ constexpr std::array kOptions = {
     OptionSpec{"status_addr", "", Kind::kValue, false,
                "The address --status_port listens on (default 127.0.0.1; 0.0.0.0 for every "
                "interface; with a store token, requests must carry it)"},
+    OptionSpec{"straggler_threshold", "", Kind::kValue, false,
+               "Seconds a rank must reach a collective after the others to count as late; a "
+               "rank late in many of the last --straggler_window collectives is named a "
+               "straggler (default: 0.2 with --status_port, else off; 0 = off)"},
+    OptionSpec{"straggler_window", "", Kind::kValue, false,
+               "How many of the last collectives (those every rank entered) the straggler "
+               "judgement looks at (default 50)"},
     OptionSpec{"hang_timeout", "", Kind::kValue, false,
                "Seconds without progress (or a rank lagging by as much) before dtrun dumps every "
                "worker's stack and fails the round (default 0: off)"},
-    OptionSpec{
-        "python_hook", "", Kind::kValue, false,
-        "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
-        "workers' PYTHONPATH): auto (on with --hang_timeout or --verbose), on or off (default "
-        "auto)"},
+    OptionSpec{"python_hook", "", Kind::kValue, false,
+               "Progress reports from unmodified PyTorch scripts (a sitecustomize on the "
+               "workers' PYTHONPATH): auto (on with --hang_timeout, --verbose, --status_port or "
+               "--straggler_threshold), on or off (default "
+               "auto)"},
     OptionSpec{"verbose", "", Kind::kFlag, false,
                "Print each attempt's startup timeline (agent start to communicators ready)"},
     OptionSpec{"scheduler", "", Kind::kValue, false,
@@ -233,7 +240,7 @@ constexpr std::array<std::string_view, 9> kTopics = {
     "Workers",   "Nodes and rendezvous", "Restarts and stopping", "Placement", "Logs and console",
     "Diagnosis", "Health checks",        "Schedulers and ssh",    "dtrun"};
 
-constexpr std::array<std::pair<std::string_view, std::string_view>, 67> kTopicOf = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 69> kTopicOf = {{
     {"nproc_per_node", "Workers"},
     {"module", "Workers"},
     {"no_python", "Workers"},
@@ -280,6 +287,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 67> kTopicOf
     {"report", "Diagnosis"},
     {"status_port", "Diagnosis"},
     {"status_addr", "Diagnosis"},
+    {"straggler_threshold", "Diagnosis"},
+    {"straggler_window", "Diagnosis"},
     {"hang_timeout", "Diagnosis"},
     {"python_hook", "Diagnosis"},
     {"verbose", "Diagnosis"},

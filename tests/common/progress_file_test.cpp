@@ -3,6 +3,7 @@
 #include "progress_file.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -145,4 +146,63 @@ TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]")
   CHECK(s->opStartNs > 0);
   CHECK(s->storeConnectedNs > 0);
   CHECK(s->stackSignal == 0);  // no DTRUN_LOG_DIR: no faulthandler file, no signal offered
+}
+
+TEST_CASE("with entry times on, the last 32 operations' entries come back in order",
+          "[unit][progress]") {
+  const FreshPath fresh;
+  REQUIRE(dtrun::progress::createProgressFile(fresh.path, /*entryTimes=*/true));
+  auto writer = ProgressWriter::open(fresh.path);
+  auto reader = ProgressReader::open(fresh.path);
+  REQUIRE(writer);
+  REQUIRE(reader);
+  const std::int64_t before = dtrun::progress::realtimeNs();
+  for (int i = 0; i < 40; ++i) {
+    writer->begin("all_reduce", "world", 4);
+    writer->end();
+  }
+  const auto s = reader->read();
+  REQUIRE(s);
+  REQUIRE(s->entries.size() == dtrun::progress::kEntryRingSize);
+  CHECK(s->entries.front().first == 9);
+  CHECK(s->entries.back().first == 40);
+  for (std::size_t i = 1; i < s->entries.size(); ++i) {
+    CHECK(s->entries[i].first == s->entries[i - 1].first + 1);
+    CHECK(s->entries[i].second >= s->entries[i - 1].second);
+  }
+  CHECK(s->entries.front().second >= before);
+  CHECK(s->entries.back().second <= dtrun::progress::realtimeNs());
+}
+
+TEST_CASE("with entry times off, writers record none", "[unit][progress]") {
+  MappedFile mapped;
+  REQUIRE(mapped.writer);
+  mapped.writer->begin("all_reduce", "world", 4);
+  const auto s = mapped.reader->read();
+  REQUIRE(s);
+  CHECK(s->ops == 1);
+  CHECK(s->entries.empty());
+}
+
+TEST_CASE("python/dtrun_progress.py records entry times when the agent asks", "[unit][progress]") {
+  const FreshPath fresh;
+  const std::string& path = fresh.path;
+  REQUIRE(dtrun::progress::createProgressFile(path, /*entryTimes=*/true));
+  const std::int64_t before = dtrun::progress::realtimeNs();
+  const std::string command = "DTRUN_PROGRESS_FILE=" + path +
+                              " PYTHONPATH=" DTRUN_SOURCE_DIR
+                              "/python DTRUN_LOG_DIR= "
+                              "/usr/bin/python3 -c 'import dtrun_progress as p; "
+                              "[(p.begin(\"all_reduce\"), p.end()) for _ in range(3)]'";
+  REQUIRE(std::system(command.c_str()) == 0);  // NOLINT(concurrency-mt-unsafe)
+  auto reader = ProgressReader::open(path);
+  REQUIRE(reader);
+  const auto s = reader->read();
+  REQUIRE(s);
+  CHECK(s->ops == 3);
+  REQUIRE(s->entries.size() == 3);
+  CHECK(s->entries[0].first == 1);
+  CHECK(s->entries[2].first == 3);
+  CHECK(s->entries[0].second >= before);
+  CHECK(s->entries[2].second >= s->entries[0].second);
 }

@@ -207,6 +207,12 @@ struct AgentConfig {
   // --status_port (-1 = off, 0 = a free port) and --status_addr: the live status endpoint.
   int statusPort = -1;
   std::string statusAddr = "127.0.0.1";
+  // --straggler_threshold (0 = off) and --straggler_window: a rank that enters collectives last,
+  // later than the others by more than the threshold, often enough in the last `window`
+  // collectives every rank entered, is named a straggler. On, the workers record their entry
+  // times and the live view samples them (with or without --status_port).
+  std::chrono::milliseconds stragglerThreshold{0};
+  int stragglerWindow = 50;
   // The directory of dtrun's sitecustomize.py ("" = off): appended to the workers' PYTHONPATH
   // so that unmodified PyTorch scripts report progress (python/dtrun_torch_hook.py), with
   // torch's NCCL flight recorder set to dump into each rank's directory.

@@ -3,7 +3,8 @@
 // Other rooms and the wiring include this header only; the files it lists are the room's own.
 #pragma once
 
-#include "live/live_exchange.h"  // IWYU pragma: export
-#include "live/live_view.h"      // IWYU pragma: export
-#include "live/metrics_text.h"   // IWYU pragma: export
-#include "live/node_status.h"    // IWYU pragma: export
+#include "live/live_exchange.h"       // IWYU pragma: export
+#include "live/live_view.h"           // IWYU pragma: export
+#include "live/metrics_text.h"        // IWYU pragma: export
+#include "live/node_status.h"         // IWYU pragma: export
+#include "live/straggler_detector.h"  // IWYU pragma: export

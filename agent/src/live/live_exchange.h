@@ -43,6 +43,7 @@ class LiveExchange {
   // io_context with the other nodes' live statuses (empty when not gathering). A call while the
   // previous one is under way is dropped; store errors leave `then` uncalled.
   void exchange(const NodeStatus& mine, std::function<void(std::vector<NodeStatus>)> then);
+  [[nodiscard]] bool gathers() const { return gathers_; }
 
  private:
   LiveExchange(boost::asio::io_context& io, std::unique_ptr<rdzv::Store> store, std::string runId,

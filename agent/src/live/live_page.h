@@ -1,6 +1,6 @@
 // The live page (GET / on the status endpoint): one self-contained HTML file, no network beyond
 // its own endpoint, that reads /status every second (with the page's own ?token=) and shows a
-// row per rank, slowest first.
+// row per rank, stragglers first, then the slowest.
 #pragma once
 
 #include <string_view>
@@ -19,13 +19,15 @@ th{background:#f4f4f4;cursor:pointer}
 td.l,th.l{text-align:left}
 tr.failed td{color:#b00}
 tr.slow td{background:#fff4e0}
+tr.straggler td{background:#ffe0e0;font-weight:bold}
+#stragglers{color:#b00;margin-bottom:.6em}
 #err{color:#b00}
 </style></head><body>
 <h1>dtrun: <span id="run">?</span></h1>
-<div id="job"></div><div id="err"></div>
+<div id="job"></div><div id="stragglers"></div><div id="err"></div>
 <table><thead><tr><th>rank</th><th>node</th><th class="l">host</th><th>pid</th>
 <th class="l">state</th><th class="l">operation</th><th>ops</th><th>ops/s</th>
-<th>since progress (s)</th><th>lag</th><th>CPU %</th><th>RSS MiB</th><th>GPU</th></tr></thead>
+<th>since progress (s)</th><th>lag</th><th>late (s)</th><th>CPU %</th><th>RSS MiB</th><th>GPU</th></tr></thead>
 <tbody id="rows"></tbody></table>
 <script>
 "use strict";
@@ -48,15 +50,21 @@ function render(job) {
   const ranks = [];
   let most = 0;
   for (const n of nodes) for (const r of n.ranks) { ranks.push([n, r]); most = Math.max(most, r.ops); }
-  ranks.sort((a, b) => (a[1].ops - b[1].ops) || (a[1].rank - b[1].rank));
+  const late = r => r.straggler ? (r.late_seconds || 0) : -1;
+  ranks.sort((a, b) => (late(b[1]) - late(a[1])) || (a[1].ops - b[1].ops) || (a[1].rank - b[1].rank));
+  document.getElementById("stragglers").textContent = ranks.filter(([n, r]) => r.straggler)
+    .map(([n, r]) => "straggler: rank " + r.rank + " on " + n.host + " reaches collectives " +
+      fixed(r.late_seconds, 2) + " s after the others").join("; ");
   const body = document.getElementById("rows");
   body.replaceChildren();
   for (const [n, r] of ranks) {
     const tr = document.createElement("tr");
-    tr.className = r.state === "failed" ? "failed" : (most - r.ops > 0 ? "slow" : "");
+    tr.className = r.state === "failed" ? "failed" :
+      (r.straggler ? "straggler" : (most - r.ops > 0 ? "slow" : ""));
     tr.append(cell(r.rank), cell(n.node_rank), cell(n.host, true), cell(r.pid),
       cell(r.state, true), cell(r.op, true), cell(r.ops), cell(fixed(r.ops_per_second, 1)),
-      cell(fixed(r.since_progress_seconds, 1)), cell(most - r.ops), cell(fixed(r.cpu_percent, 0)),
+      cell(fixed(r.since_progress_seconds, 1)), cell(most - r.ops), cell(fixed(r.late_seconds, 2)),
+      cell(fixed(r.cpu_percent, 0)),
       cell(r.rss_bytes === undefined ? "" : (r.rss_bytes / 1048576).toFixed(0)),
       cell(r.gpu === undefined ? "" : r.gpu + " (" + (r.gpu_utilization ?? "?") + "%)"));
     body.append(tr);

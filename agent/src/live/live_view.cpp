@@ -32,7 +32,8 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64
     }
     std::optional<std::uint64_t> ops;
     if (w.progress) {
-      if (const auto snapshot = w.progress->read()) {
+      if (auto snapshot = w.progress->read()) {
+        r.entryTimes = std::move(snapshot->entries);
         r.op = snapshot->op;
         r.ops = snapshot->ops;
         ops = snapshot->ops;
@@ -56,18 +57,21 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64
   return node;
 }
 
-Result<std::unique_ptr<LiveView>> LiveView::start(boost::asio::io_context& io,
-                                                  const AgentConfig& config, std::string host,
-                                                  const WorkerGroup& group,
-                                                  std::function<LiveFacts()> facts,
-                                                  std::unique_ptr<LiveExchange> exchange) {
-  StatusServerOptions options;
-  options.address = config.statusAddr;
-  options.port = config.statusPort;
-  options.token = config.storeToken;
-  DTRUN_ASSIGN_OR_RETURN(auto server, StatusServer::start(options));
+Result<std::unique_ptr<LiveView>> LiveView::start(
+    boost::asio::io_context& io, const AgentConfig& config, std::string host,
+    const WorkerGroup& group, std::function<LiveFacts()> facts,
+    std::unique_ptr<LiveExchange> exchange, std::function<void(const Straggler&)> onStraggler) {
+  std::unique_ptr<StatusServer> server;
+  if (config.statusPort >= 0) {
+    StatusServerOptions options;
+    options.address = config.statusAddr;
+    options.port = config.statusPort;
+    options.token = config.storeToken;
+    DTRUN_ASSIGN_OR_RETURN(server, StatusServer::start(options));
+  }
   std::unique_ptr<LiveView> view(new LiveView(io, config, std::move(host), group, std::move(facts),
-                                              std::move(server), std::move(exchange)));
+                                              std::move(server), std::move(exchange),
+                                              std::move(onStraggler)));
   view->refresh();
   view->arm();
   return view;
@@ -75,14 +79,24 @@ Result<std::unique_ptr<LiveView>> LiveView::start(boost::asio::io_context& io,
 
 LiveView::LiveView(boost::asio::io_context& io, const AgentConfig& config, std::string host,
                    const WorkerGroup& group, std::function<LiveFacts()> facts,
-                   std::unique_ptr<StatusServer> server, std::unique_ptr<LiveExchange> exchange)
+                   std::unique_ptr<StatusServer> server, std::unique_ptr<LiveExchange> exchange,
+                   std::function<void(const Straggler&)> onStraggler)
     : config_(config),
       host_(std::move(host)),
       group_(group),
       facts_(std::move(facts)),
       server_(std::move(server)),
       exchange_(std::move(exchange)),
-      timer_(io) {}
+      onStraggler_(std::move(onStraggler)),
+      timer_(io) {
+  if (config.stragglerThreshold.count() > 0 && (!exchange_ || exchange_->gathers())) {
+    stragglers_.emplace(config.stragglerThreshold, config.stragglerWindow);
+  }
+}
+
+std::vector<Straggler> LiveView::stragglers() const {
+  return stragglers_ ? stragglers_->current() : std::vector<Straggler>{};
+}
 
 void LiveView::arm() {
   timer_.expires_after(kSamplePeriod);
@@ -125,8 +139,19 @@ void LiveView::publish(const NodeStatus& mine) {
   }
   std::sort(nodes.begin(), nodes.end(),
             [](const NodeStatus& a, const NodeStatus& b) { return a.nodeRank < b.nodeRank; });
+  if (stragglers_) {
+    for (const Straggler& named : stragglers_->observe(nodes)) {
+      onStraggler_(named);
+    }
+  }
+  if (!server_) {
+    return;
+  }
   nlohmann::json job = {{"run_id", config_.runId}, {"nodes", nlohmann::json::array()}};
-  for (const NodeStatus& n : nodes) {
+  for (NodeStatus& n : nodes) {
+    for (RankStatus& r : n.ranks) {
+      r.entryTimes.clear();  // the judgement's input, not the view's
+    }
     job["nodes"].push_back(toJson(n));
   }
   server_->publish(job.dump(), metricsText(nodes));

@@ -1,11 +1,14 @@
 // --status_port: every second, this node's ranks as the live view sees them (state, operation,
 // progress, CPU, memory) are sampled on the agent's loop and published to the status endpoint,
-// whose own thread answers clients. Not thread-safe (the agent's loop only).
+// whose own thread answers clients. With --straggler_threshold, the agent that sees the whole job
+// also judges its ranks' entry times (with or without an endpoint). Not thread-safe (the agent's
+// loop only).
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
 #include <vector>
@@ -19,6 +22,7 @@
 #include "live/node_status.h"
 #include "live/rank_sampler.h"
 #include "live/status_server.h"
+#include "live/straggler_detector.h"
 #include "workers/workers.h"
 
 namespace dtrun::agent::detail {
@@ -38,28 +42,37 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64
 
 class LiveView {
  public:
-  // Listens on config.statusAddr:config.statusPort (the store token, if any, guards it).
-  // `exchange` (multi-node; may be null): this node's status goes to the job's store, and the
-  // gathering agent shows every node's.
+  // Listens on config.statusAddr:config.statusPort (the store token, if any, guards it; no
+  // endpoint when the port is -1). `exchange` (multi-node; may be null): this node's status goes
+  // to the job's store, and the gathering agent shows every node's. `onStraggler` gets each rank
+  // the straggler judgement names (each once until it recovers).
   static Result<std::unique_ptr<LiveView>> start(boost::asio::io_context& io,
                                                  const AgentConfig& config, std::string host,
                                                  const WorkerGroup& group,
                                                  std::function<LiveFacts()> facts,
-                                                 std::unique_ptr<LiveExchange> exchange);
+                                                 std::unique_ptr<LiveExchange> exchange,
+                                                 std::function<void(const Straggler&)> onStraggler);
+  // Whether `config` asks for the live view: an endpoint, or straggler detection.
+  static bool wanted(const AgentConfig& config) {
+    return config.statusPort >= 0 || config.stragglerThreshold.count() > 0;
+  }
   LiveView(const LiveView&) = delete;
   LiveView& operator=(const LiveView&) = delete;
   LiveView(LiveView&&) = delete;
   LiveView& operator=(LiveView&&) = delete;
   ~LiveView() = default;
 
-  [[nodiscard]] std::uint16_t port() const { return server_->port(); }
+  [[nodiscard]] std::uint16_t port() const { return server_ ? server_->port() : 0; }
+  // The ranks named stragglers now (the judging agent's; empty elsewhere), slowest first.
+  [[nodiscard]] std::vector<Straggler> stragglers() const;
   // Samples and publishes now (the wiring calls it when the job's state changes).
   void refresh();
 
  private:
   LiveView(boost::asio::io_context& io, const AgentConfig& config, std::string host,
            const WorkerGroup& group, std::function<LiveFacts()> facts,
-           std::unique_ptr<StatusServer> server, std::unique_ptr<LiveExchange> exchange);
+           std::unique_ptr<StatusServer> server, std::unique_ptr<LiveExchange> exchange,
+           std::function<void(const Straggler&)> onStraggler);
   void arm();
   void publish(const NodeStatus& mine);
 
@@ -67,8 +80,11 @@ class LiveView {
   const std::string host_;
   const WorkerGroup& group_;  // the agent's, for every attempt
   std::function<LiveFacts()> facts_;
-  std::unique_ptr<StatusServer> server_;
+  std::unique_ptr<StatusServer> server_;  // null without --status_port
   std::unique_ptr<LiveExchange> exchange_;
+  // The agent that sees the whole job (one node, or the gathering one) judges stragglers.
+  std::optional<StragglerDetector> stragglers_;
+  std::function<void(const Straggler&)> onStraggler_;
   std::vector<NodeStatus> others_;  // the other nodes, as last gathered
   RankSampler sampler_;
   boost::asio::steady_timer timer_;

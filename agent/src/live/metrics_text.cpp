@@ -156,6 +156,21 @@ std::string metricsText(const std::vector<NodeStatus>& nodes) {
       out, nodes,
       {"dtrun_rank_gpu_memory_bytes", "gauge", "GPU memory the rank's process holds (NVML)."},
       [](const RankStatus& r) { return scaled(r.gpuMemoryBytes, 1.0); });
+  // Only where stragglers are judged (the gathering agent, with --straggler_threshold).
+  rankFamily(out, nodes,
+             {"dtrun_rank_straggler", "gauge",
+              "Whether the rank is named a straggler (1): it reaches collectives late."},
+             [](const RankStatus& r) -> std::optional<double> {
+               if (!r.lateSeconds) {
+                 return std::nullopt;
+               }
+               return r.straggler ? 1 : 0;
+             });
+  rankFamily(out, nodes,
+             {"dtrun_rank_late_seconds", "gauge",
+              "How late the rank reaches the collectives it is late for: the median over the "
+              "straggler window (0 when it is late for none)."},
+             [](const RankStatus& r) { return r.lateSeconds; });
   return out;
 }
 

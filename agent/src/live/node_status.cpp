@@ -36,6 +36,13 @@ nlohmann::json toJson(const RankStatus& r) {
   putIf(j, "gpu", r.gpu);
   putIf(j, "gpu_memory_bytes", r.gpuMemoryBytes);
   putIf(j, "gpu_utilization", r.gpuUtilization);
+  if (!r.entryTimes.empty()) {
+    j["entry_times"] = r.entryTimes;
+  }
+  if (r.straggler) {
+    j["straggler"] = true;
+  }
+  putIf(j, "late_seconds", r.lateSeconds);
   return j;
 }
 
@@ -82,6 +89,11 @@ std::optional<NodeStatus> nodeStatusFromJson(const nlohmann::json& j) {
       r.gpu = optionalOf<unsigned>(rj, "gpu");
       r.gpuMemoryBytes = optionalOf<std::uint64_t>(rj, "gpu_memory_bytes");
       r.gpuUtilization = optionalOf<unsigned>(rj, "gpu_utilization");
+      if (const auto it = rj.find("entry_times"); it != rj.end()) {
+        r.entryTimes = it->get<std::vector<std::pair<std::uint64_t, std::int64_t>>>();
+      }
+      r.straggler = rj.value("straggler", false);
+      r.lateSeconds = optionalOf<double>(rj, "late_seconds");
       n.ranks.push_back(std::move(r));
     }
     return n;

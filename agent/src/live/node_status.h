@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,11 @@ struct RankStatus {
   std::optional<unsigned> gpu;                  // NVML's index of the GPU it computes on
   std::optional<std::uint64_t> gpuMemoryBytes;  // what it holds there
   std::optional<unsigned> gpuUtilization;       // that GPU's busy percentage
+  // With straggler detection: the last operations' numbers and CLOCK_REALTIME entry times (from
+  // the progress file, for the gathering agent), and the judgement of the job's ranks.
+  std::vector<std::pair<std::uint64_t, std::int64_t>> entryTimes;
+  bool straggler = false;
+  std::optional<double> lateSeconds;  // median lateness over the window's collectives
 };
 
 struct NodeStatus {

@@ -4,6 +4,8 @@
 #include <iostream>
 #include <system_error>
 
+#include <nlohmann/json.hpp>
+
 #include "log.h"
 
 namespace dtrun::agent::detail {
@@ -198,6 +200,17 @@ void AttemptLog::healthChecked(const std::vector<CheckResult>& results, int atte
     events_.other("health_check", checkEventFields(r, attempt, -1));
     healthChecks_.push_back(HealthCheckRecord{r, attempt});
   }
+}
+
+void AttemptLog::stragglerNamed(StragglerRecord straggler) {
+  const nlohmann::ordered_json fields = {
+      {"attempt", straggler.attempt},    {"rank", straggler.rank},
+      {"node_rank", straggler.nodeRank}, {"rank_host", straggler.host},
+      {"late_s", straggler.lateSeconds}, {"late_count", straggler.lateCount},
+      {"judged", straggler.judged}};
+  const std::string text = fields.dump();
+  events_.other("straggler", text.substr(1, text.size() - 2));
+  record_.stragglers.push_back(std::move(straggler));
 }
 
 void AttemptLog::finish(int exitCode, StopReason reason) {

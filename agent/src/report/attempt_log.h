@@ -51,6 +51,8 @@ class AttemptLog {
   // --health_checks' results before a round (`attempt`: the restart count then): one
   // health_check event each, and the report's health_checks.
   void healthChecked(const std::vector<CheckResult>& results, int attempt);
+  // A rank named a straggler: a straggler event and the report's stragglers.
+  void stragglerNamed(StragglerRecord straggler);
 
   // Where finish() leaves a copy of the report for `dtrun bundle` ("" = nowhere).
   void setRunDir(std::filesystem::path runDir) { runDir_ = std::move(runDir); }

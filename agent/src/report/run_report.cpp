@@ -197,6 +197,20 @@ std::string reportJson(const JobRecord& job) {
       {"hang", job.hang ? hangJson(*job.hang) : json(nullptr)},
       {"phases", totals},
   };
+  if (!job.stragglers.empty()) {
+    json list = json::array();
+    for (const StragglerRecord& s : job.stragglers) {
+      list.push_back({{"time", isoTime(s.time)},
+                      {"attempt", s.attempt},
+                      {"rank", s.rank},
+                      {"node_rank", s.nodeRank},
+                      {"host", s.host},
+                      {"late_s", s.lateSeconds},
+                      {"late_count", s.lateCount},
+                      {"judged", s.judged}});
+    }
+    doc["stragglers"] = std::move(list);
+  }
   if (!job.nodeReports.empty()) {
     json nodes = json::array();
     for (const std::string& text : job.nodeReports) {
@@ -239,6 +253,11 @@ std::string formatSummary(const JobRecord& job) {
   }
   if (job.hang) {
     out << "  hang: " << job.hang->summary << " (stacks: " << job.hang->reportFile << ")\n";
+  }
+  for (const StragglerRecord& s : job.stragglers) {
+    out << "  straggler: rank " << s.rank << " on " << s.host << " (node " << s.nodeRank
+        << ", attempt " << s.attempt << "): " << s.lateSeconds << " s late in " << s.lateCount
+        << " of " << s.judged << " collectives\n";
   }
   return out.str();
 }

@@ -76,6 +76,19 @@ struct AttemptRecord {
   std::vector<RankRecord> ranks;
 };
 
+// A rank the live view's straggler judgement named (the judging agent only: one node, or the
+// store's host): when, in which attempt, how late and how often over the window.
+struct StragglerRecord {
+  Clock::time_point time;
+  int attempt = 0;
+  int rank = 0;
+  int nodeRank = 0;
+  std::string host;
+  double lateSeconds = 0;
+  int lateCount = 0;
+  int judged = 0;
+};
+
 struct JobRecord {
   std::string runId;
   std::string entrypoint;
@@ -93,6 +106,7 @@ struct JobRecord {
   std::vector<AttemptRecord> attempts;
   std::optional<WorkerFailure> rootCause;
   std::optional<HangRecord> hang;
+  std::vector<StragglerRecord> stragglers;  // written as "stragglers" when any was named
   // The store's host of a job of several nodes: every node's own report (JSON text), gathered
   // at the end; written as "node_reports".
   std::vector<std::string> nodeReports;

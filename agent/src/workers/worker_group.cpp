@@ -109,7 +109,8 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
       fs::create_directory(w.dir, ec);
       streams[i].outLog = openLog(w.dir / "stdout.log");
       streams[i].errLog = openLog(w.dir / "stderr.log");
-      if (!progress::createProgressFile((w.dir / "progress").string())) {
+      if (!progress::createProgressFile((w.dir / "progress").string(),
+                                        config_.stragglerThreshold.count() > 0)) {
         log::agent().warn("cannot create {}: rank {} reports no progress",
                           (w.dir / "progress").string(), w.rank);
       }

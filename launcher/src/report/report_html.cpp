@@ -269,6 +269,15 @@ Result<std::string> reportHtml(std::string_view reportJson) {
   if (hang.is_object()) {
     page += "<p id=\"hang\">hang: " + escape(str(hang, "summary")) + "</p>\n";
   }
+  for (const json& s : report.value("stragglers", json::array())) {
+    if (s.is_object()) {
+      page += "<p class=\"straggler\">straggler: rank " + std::to_string(s.value("rank", 0)) +
+              " on " + escape(str(s, "host")) + ", " + secs(s.value("late_s", 0.0)) +
+              " s late in " + std::to_string(s.value("late_count", 0)) + " of " +
+              std::to_string(s.value("judged", 0)) + " collectives (attempt " +
+              std::to_string(s.value("attempt", 0)) + ")</p>\n";
+    }
+  }
   page += svg;
   page +=
       "<p class=\"legend\"><svg width=\"420\" height=\"16\"><rect class=\"ok\" width=\"12\" "

@@ -131,7 +131,8 @@ struct Row {
   std::string op;
   std::uint64_t ops = 0;
   std::uint64_t lag = 0;
-  nlohmann::json rate, since, cpu, rss;
+  nlohmann::json rate, since, cpu, rss, late;
+  bool straggler = false;
 };
 
 std::string fixed(const nlohmann::json& value, int digits) {
@@ -167,7 +168,9 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
               r.value("ops_per_second", nlohmann::json()),
               r.value("since_progress_seconds", nlohmann::json()),
               r.value("cpu_percent", nlohmann::json()),
-              r.value("rss_bytes", nlohmann::json())};
+              r.value("rss_bytes", nlohmann::json()),
+              r.value("late_seconds", nlohmann::json()),
+              r.value("straggler", false)};
       most = std::max(most, row.ops);
       rows.push_back(std::move(row));
     }
@@ -175,7 +178,15 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
   for (Row& row : rows) {
     row.lag = most - row.ops;
   }
+  // The slowest first: stragglers (the latest first), then the ranks furthest behind.
+  const auto late = [](const Row& r) { return r.late.is_number() ? r.late.get<double>() : 0.0; };
   std::sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+    if (sort == "lag" && a.straggler != b.straggler) {
+      return a.straggler;
+    }
+    if (sort == "lag" && a.straggler && late(a) != late(b)) {
+      return late(a) > late(b);
+    }
     if (sort == "lag" && a.lag != b.lag) {
       return a.lag > b.lag;
     }
@@ -186,10 +197,17 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
       << " rank(s), round " << first.value("round", 0) << ", restarts "
       << first.value("restarts", 0) << "/" << first.value("max_restarts", 0) << ", "
       << first.value("state", "") << "\n";
+  for (const Row& row : rows) {
+    if (row.straggler) {
+      out << "straggler: rank " << row.rank << " on " << row.host << " reaches collectives "
+          << fixed(row.late, 2) << " s after the others\n";
+    }
+  }
   out << std::left << std::setw(6) << "rank" << std::setw(5) << "node" << std::setw(16) << "host"
       << std::setw(9) << "pid" << std::setw(10) << "state" << std::setw(16) << "op" << std::right
       << std::setw(8) << "ops" << std::setw(8) << "ops/s" << std::setw(8) << "idle_s"
-      << std::setw(6) << "lag" << std::setw(6) << "cpu%" << std::setw(8) << "rss_MiB"
+      << std::setw(6) << "lag" << std::setw(8) << "late_s" << std::setw(6) << "cpu%" << std::setw(8)
+      << "rss_MiB"
       << "\n";
   for (const Row& row : rows) {
     const std::string rss =
@@ -198,7 +216,8 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
         << row.host.substr(0, 15) << std::setw(9) << row.pid << std::setw(10) << row.state
         << std::setw(16) << (row.op.empty() ? "-" : row.op.substr(0, 15)) << std::right
         << std::setw(8) << row.ops << std::setw(8) << fixed(row.rate, 1) << std::setw(8)
-        << fixed(row.since, 1) << std::setw(6) << row.lag << std::setw(6) << fixed(row.cpu, 0)
+        << fixed(row.since, 1) << std::setw(6) << row.lag << std::setw(8)
+        << (fixed(row.late, 2) + (row.straggler ? "!" : "")) << std::setw(6) << fixed(row.cpu, 0)
         << std::setw(8) << rss << "\n";
   }
   return out.str();
