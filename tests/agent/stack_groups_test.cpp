@@ -32,7 +32,9 @@ std::string faulthandler(const std::string& threadId, const std::string& functio
   return "Thread 0x00007f" + threadId +
          "00 (most recent call first):\n  File \"/usr/lib/python3.11/threading.py\", line 324 "
          "in wait\n\nCurrent thread 0x00007f" +
-         threadId + "40 (most recent call first):\n  File \"/w/train.py\", line " +
+         threadId +
+         "40 (most recent call first):\n  File \"/usr/share/dtrun/python/dtrun_torch_hook.py\", "
+         "line 109 in wait\n  File \"/w/train.py\", line " +
          std::to_string(line) + " in " + function +
          "\n  File \"/w/train.py\", line 30 in <module>\n";
 }

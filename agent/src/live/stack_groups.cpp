@@ -58,25 +58,31 @@ std::string frameFunction(std::string_view line) {
 }
 
 // The innermost frame of the last Python thread listed (faulthandler lists the main thread, the
-// oldest, last): `File "/a/b.py", line 9 in f` -> "f (b.py:9)"; "" when there is none.
+// oldest, last), past dtrun's own hook (its wrappers of torch's calls): `File "/a/b.py", line 9
+// in f` -> "f (b.py:9)"; "" when there is none.
 std::string pythonWhere(std::string_view normalised) {
-  std::string_view innermost;
-  bool threadStart = false;
+  std::vector<std::string_view> frames;  // the last thread's, innermost first
   for (const std::string_view line : linesOf(normalised)) {
     const std::string_view t = trimmed(line);
     if (t.starts_with("Thread")) {
-      threadStart = true;
-    } else if (threadStart && t.starts_with("File \"")) {
-      innermost = t;
-      threadStart = false;
+      frames.clear();
+    } else if (t.starts_with("File \"")) {
+      frames.push_back(t);
     }
   }
-  if (innermost.empty()) {
+  if (frames.empty()) {
     return "";
   }
-  const auto close = innermost.find('"', 6);
-  std::string_view file = innermost.substr(6, close == std::string_view::npos ? 0 : close - 6);
-  file = file.substr(file.rfind('/') == std::string_view::npos ? 0 : file.rfind('/') + 1);
+  const auto fileOf = [](std::string_view frame) {
+    const auto close = frame.find('"', 6);
+    std::string_view file = frame.substr(6, close == std::string_view::npos ? 0 : close - 6);
+    const auto slash = file.rfind('/');
+    return slash == std::string_view::npos ? file : file.substr(slash + 1);
+  };
+  const auto mine = std::find_if(frames.begin(), frames.end(), [&](std::string_view frame) {
+    return !fileOf(frame).starts_with("dtrun_");
+  });
+  const std::string_view innermost = mine == frames.end() ? frames.front() : *mine;
   std::string_view line;
   if (const auto at = innermost.find(", line "); at != std::string_view::npos) {
     line = innermost.substr(at + 7);
@@ -86,7 +92,8 @@ std::string pythonWhere(std::string_view normalised) {
   if (const auto in = innermost.rfind(" in "); in != std::string_view::npos) {
     function = innermost.substr(in + 4);
   }
-  return std::string(function) + " (" + std::string(file) + ":" + std::string(line) + ")";
+  return std::string(function) + " (" + std::string(fileOf(innermost)) + ":" + std::string(line) +
+         ")";
 }
 
 std::string indented(std::string_view text, std::string_view by) {
