@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     const auto runGpus = launcher::addGpusCommand(app);
     const auto runDocs = launcher::addDocCommands(app);  // dtrun completion bash, --print-man
     const auto runTop = launcher::addTopCommand(app);
+    const auto runStacks = launcher::addStacksCommand(app);
     launcher::LaunchCommand launch(app);  // torchrun's options; after the subcommands
     try {
       app.parse(launcher::argumentsForParse(argc, argv));
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("top")) {
       return runTop();
+    }
+    if (app.got_subcommand("stacks")) {
+      return runStacks();
     }
     if (const std::optional<int> refused = launch.plan()) {
       return *refused;  // one line said why: 2 (a bad option) or 127 (no such program)

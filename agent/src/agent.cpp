@@ -72,6 +72,7 @@ int Agent::run() {
   }
   io_.run();
   liveView_.reset();   // no client is answered from a job that ended
+  stacks_.reset();     // ends a dump of stacks still under way
   hangWatch_.reset();  // ends a dump still under way
   job_.reset();        // sends what is still queued (leave, bye) before the store may go away
   group_.clear();      // kills and reaps anything still running (only on an internal error)
@@ -83,7 +84,7 @@ Status Agent::prepare() {
   // Handled signals and SIGCHLD arrive through a signalfd; blocked before the store's thread
   // exists, so that it inherits the mask.
   // SIGTSTP (Ctrl-Z) and SIGCONT (fg): the workers stop and go on with dtrun.
-  std::vector<int> taken = {SIGCHLD, SIGTSTP, SIGCONT};
+  std::vector<int> taken = {SIGCHLD, SIGTSTP, SIGCONT, stackDumpSignal()};
   taken.insert(taken.end(), config_.signalsToHandle.begin(), config_.signalsToHandle.end());
   taken.insert(taken.end(), config_.signalsToForward.begin(), config_.signalsToForward.end());
   DTRUN_ASSIGN_OR_RETURN(signals_, SignalFeed::open(io_, taken));
@@ -105,6 +106,7 @@ Status Agent::prepare() {
       healthPlan(multi && !store_ ? multi->readTimeout : std::chrono::milliseconds(0))));
   std::unique_ptr<ProgressExchange> exchange;
   std::unique_ptr<LiveExchange> liveExchange;
+  rdzv::StoreFactory stackStores;  // the job's store, for the stacks of every node
   if (multi) {
     DTRUN_ASSIGN_OR_RETURN(auto link,
                            connectJob(config_, *multi, host_, store_.get(), [this](Status s) {
@@ -126,6 +128,9 @@ Status Agent::prepare() {
       }
     }
     if (LiveView::wanted(config_)) {  // this node in the job's live view
+      if (config_.statusPort >= 0) {
+        stackStores = link.stores;
+      }
       auto connected = LiveExchange::connect(io_, link.stores, config_.runId, gathersJob());
       if (connected.isOk()) {
         liveExchange = std::move(connected).value();
@@ -148,15 +153,28 @@ Status Agent::prepare() {
   DTRUN_ASSIGN_OR_RETURN(runDir_, createRunDir(config_, host_, envValue(inheritedEnv_, "TMPDIR")));
   writeRunFacts(runDir_, config_, host_);
   log_.setRunDir(runDir_);
+  stacks_ = std::make_unique<StackDumps>(io_, config_, host_, envValue(inheritedEnv_, "PATH"),
+                                         group_, [this] { return stackFacts(); });
+  if (stackStores) {
+    if (const Status s = stacks_->connect(stackStores, gathersJob()); !s.isOk()) {
+      log::agent().warn("the stacks on demand are this node's only: {}", s.message());
+    }
+  }
   if (LiveView::wanted(config_)) {
     DTRUN_ASSIGN_OR_RETURN(
         liveView_, LiveView::start(
                        io_, config_, host_, group_, [this] { return liveFacts(); },
                        std::move(liveExchange), [this](const Straggler& s) { onStraggler(s); }));
-    if (config_.statusPort >= 0) {
-      log::agent().info("live status of this node: http://{}:{}/ (/status, /metrics)",
-                        config_.statusAddr, liveView_->port());
-    }
+  }
+  if (config_.statusPort >= 0) {
+    // GET /stacks: asked on the server's thread, dumped from the loop, replied from there.
+    liveView_->serveStacks([this](StatusServer::StacksReply reply) {
+      boost::asio::post(io_, [this, reply = std::move(reply)] {
+        stacks_->request([reply](const StackDumps::Answer& a) { reply(a.text); });
+      });
+    });
+    log::agent().info("live status of this node: http://{}:{}/ (/status, /metrics)",
+                      config_.statusAddr, liveView_->port());
   }
   return Status::ok();
 }
@@ -196,6 +214,23 @@ void Agent::onStraggler(const Straggler& s) {
             << std::defaultfloat;
   log_.stragglerNamed(StragglerRecord{Clock::now(), restartCount_, s.rank, s.nodeRank, s.host,
                                       s.lateSeconds, s.lateCount, s.judged});
+}
+
+StackFacts Agent::stackFacts() const {
+  StackFacts facts;
+  facts.nodeRank = assignment_ ? assignment_->nodeRank : 0;
+  facts.otherNodes = liveView_ ? liveView_->otherNodes() : std::vector<int>{};
+  facts.runDir = runDir_;
+  return facts;
+}
+
+// SIGRTMIN+3: the stacks into the run directory, and one line naming the file.
+void Agent::dumpStacksOnSignal() {
+  log::agent().info("received SIGRTMIN+3: dumping the stacks of every worker (the job runs on)");
+  stacks_->request([](const StackDumps::Answer& a) {
+    std::cerr << "dtrun: stacks of every running worker, grouped: "
+              << (a.file.empty() ? "(not written)" : a.file) << "\n";
+  });
 }
 
 HealthPlan Agent::healthPlan(std::chrono::milliseconds storeConnectWait) const {
@@ -253,6 +288,10 @@ void Agent::onSignal(int sig) {
   if (sig == SIGCHLD) {  // workers' exits come through their pidfds; this reaps orphans
     group_.reapOrphans();
     group_.noticeStops();
+    return;
+  }
+  if (sig == stackDumpSignal()) {
+    dumpStacksOnSignal();
     return;
   }
   const auto& handled = config_.signalsToHandle;
@@ -321,5 +360,7 @@ int run(const AgentConfig& config) {
   detail::stopWorkerGuardian();  // dtrun exits only after its own helper is gone
   return code;
 }
+
+int stackDumpSignal() { return SIGRTMIN + 3; }
 
 }  // namespace dtrun::agent

@@ -6,7 +6,8 @@
 //   workers/     WorkerGroup: one attempt's processes: spawn, output, exits
 //   hang/        HangWatch: --hang_timeout: progress files, diagnosis, stack dumps off the loop
 //   report/      AttemptLog: the run record: attempts, causes, outcome, --report
-//   live/        LiveView: --status_port: the running job's ranks, as JSON, metrics and a page
+//   live/        LiveView: --status_port: the running job's ranks, as JSON, metrics and a page;
+//                StackDumps: every rank's stacks on demand (GET /stacks, SIGRTMIN+3)
 // The wiring only connects their events, in three files by what it connects: agent.cpp (set-up,
 // signals, the end), agent_rounds.cpp (a multi-node job's rounds), agent_attempts.cpp (one
 // attempt of the worker group and what follows it). Nothing below includes this header.
@@ -59,6 +60,8 @@ class Agent {
   void finish(int code);
   [[nodiscard]] LiveFacts liveFacts() const;
   void onStraggler(const Straggler& s);
+  [[nodiscard]] StackFacts stackFacts() const;
+  void dumpStacksOnSignal();
 
   // ---- a multi-node job's rounds (agent_rounds.cpp) ----
   void rendezvous();
@@ -102,6 +105,7 @@ class Agent {
   std::unique_ptr<JobCoordinator> job_;       // multi-node only
   WorkerGroup group_;
   std::unique_ptr<LiveView> liveView_;          // --status_port; reads group_, so declared after it
+  std::unique_ptr<StackDumps> stacks_;          // reads group_ and liveView_
   std::unique_ptr<ConsoleRelay> consoleRelay_;  // --console=collapse, multi-node
   std::unique_ptr<HangWatch> hangWatch_;
   HealthGate health_;  // after io_: destroyed before it

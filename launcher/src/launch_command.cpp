@@ -2,6 +2,7 @@
 // line, then the agent.
 #include <iostream>
 
+#include "dtrun/agent.h"
 #include "dtrun/launcher.h"
 
 #include "fanout/fanout.h"
@@ -57,6 +58,7 @@ void LaunchCommand::prepareProcess() const {
   const agent::AgentConfig& config = plan_->config;
   std::vector<int> taken = config.signalsToHandle;
   taken.insert(taken.end(), config.signalsToForward.begin(), config.signalsToForward.end());
+  taken.push_back(agent::stackDumpSignal());
   signals::block(taken);
   log::init(plan_->logLevel);
   for (const std::string& notice : plan_->notices) {

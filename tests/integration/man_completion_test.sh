@@ -129,7 +129,7 @@ expect "auto off on" -- dtrun --standalone --python-hook ""
 expect "local,network" -- dtrun --health_checks "=" local,ne
 expect "--health_checks=gpus,store" -- dtrun --health_checks=gpus,st
 expect "core-complex exclusive node none socket" -- dtrun --numa_binding ""
-expect "store" -- dtrun --standalone s
+expect "stacks store" -- dtrun --standalone s
 expect "store" -- dtrun sto
 expect "train.py trainer.sh" -- dtrun --nproc_per_node 2 tra           # the program: files
 expect "other.txt" -- dtrun train.py --rdzv_backend "=" o              # its arguments: files

@@ -15,6 +15,12 @@ namespace dtrun::agent {
 // handled signal stopped the job.
 int run(const AgentConfig& config);
 
+// The signal that makes the agent dump every running worker's stacks into its run directory
+// (`kill -s RTMIN+3 <agent pid>`; the job runs on): SIGRTMIN+3, a real-time one, as SIGUSR1/2
+// are forwarded to the workers and SIGRTMIN+2 is the workers' own stack signal. Block it with
+// the handled signals before any thread exists: its default action ends the process.
+int stackDumpSignal();
+
 // The environment run() gives the worker at `localRank` of node `nodeRank` in attempt 0 of a job
 // of `nodeCount` nodes that each run config.nprocPerNode workers, with `logDir` as its log
 // directory: what --dry-run shows. `inherited` holds "NAME=value" entries.

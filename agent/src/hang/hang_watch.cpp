@@ -1,6 +1,8 @@
 #include "hang/hang_watch.h"
 
 #include <algorithm>
+#include <deque>
+#include <fstream>
 #include <iostream>
 #include <system_error>
 
@@ -29,16 +31,6 @@ constexpr std::chrono::milliseconds kHangCheckMax{1000};
 // torch's watchdog polls its pipe about once a second, then writes the dump.
 constexpr std::chrono::milliseconds kFlightRecordWait{5000};
 
-// A worker to dump, as the loop saw it when the dump began.
-struct DumpTarget {
-  int rank = 0;
-  int localRank = 0;
-  pid_t pid = 0;
-  fs::path dir;
-  bool pythonStacks = false;            // the worker was sent its stack signal
-  std::vector<fs::path> flightRecords;  // torch's NCCL dumps asked for
-};
-
 // torch's flight recorder pipes in a rank's directory (<prefix><rank>.pipe, made by
 // ProcessGroupNCCL when the Python hook set TORCH_NCCL_DEBUG_INFO_PIPE_FILE): a write makes
 // torch dump its recent collectives to <prefix><rank>. Returns the dumps to wait for.
@@ -60,15 +52,45 @@ std::vector<fs::path> requestFlightRecords(const fs::path& rankDir) {
   return dumps;
 }
 
-// Until `file` exists and is not empty, the deadline passes or the dump is cancelled.
+// Until `file` holds more than `offset` bytes, the deadline passes or the dump is cancelled.
 void waitForContent(const fs::path& file, std::chrono::steady_clock::time_point deadline,
-                    const std::atomic<bool>& cancelled) {
+                    const std::atomic<bool>& cancelled, std::uintmax_t offset = 0) {
   std::error_code ec;
   // file_size of a file not there yet is not 0 but an error: wait for both to clear.
-  while ((fs::file_size(file, ec) == 0 || ec) && std::chrono::steady_clock::now() < deadline &&
+  while ((fs::file_size(file, ec) <= offset || ec) && std::chrono::steady_clock::now() < deadline &&
          !cancelled.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// What `file` holds from `offset` on, once it stopped growing (faulthandler writes a dump in
+// many small writes), at most its last kPythonStackLines lines.
+std::string textFrom(const fs::path& file, std::uintmax_t offset,
+                     std::chrono::steady_clock::time_point deadline) {
+  constexpr std::size_t kPythonStackLines = 400;
+  std::error_code ec;
+  for (auto size = fs::file_size(file, ec); !ec && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto now = fs::file_size(file, ec);
+    if (now == size) {
+      break;
+    }
+    size = now;
+  }
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > kPythonStackLines) {
+      lines.pop_front();
+    }
+  }
+  std::string text;
+  for (const std::string& line : lines) {
+    text += line + "\n";
+  }
+  return text;
 }
 
 // What the flight recorder wrote, for the rank's stack text: the files and how to read them.
@@ -92,17 +114,16 @@ void sortByRank(std::vector<RankProgress>& ranks) {
 }
 
 // The dump itself, on the dump thread: no member of the watch or the group is touched.
-HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& attemptDir,
+HangRecord dumpTargets(const std::vector<StackTarget>& targets, const fs::path& attemptDir,
                        HangDiagnosis diagnosis, const std::string& pathVariable,
                        const std::atomic<bool>& cancelled) {
   std::string hangText =
       "dtrun: hang detected (" + diagnosis.reason + "): " + diagnosis.summary + "\n";
-  for (const DumpTarget& t : targets) {
-    std::string stack = nativeStack(t.pid, pathVariable, kStackToolTimeout, &cancelled);
+  for (const StackTarget& t : targets) {
+    const WorkerStacks read = readStacks(t, pathVariable, cancelled);
+    std::string stack = read.native;
     if (t.pythonStacks) {
-      const fs::path pythonStack = t.dir / "python_stack.txt";
-      waitForContent(pythonStack, std::chrono::steady_clock::now() + kPythonStackWait, cancelled);
-      stack += "\nPython stacks (faulthandler):\n" + tailOfFile(pythonStack.string(), 200);
+      stack += "\nPython stacks (faulthandler):\n" + read.python;
     }
     stack += flightRecords(t.flightRecords, cancelled);
     const fs::path stackFile = t.dir / "stack.txt";
@@ -128,6 +149,46 @@ HangRecord dumpTargets(const std::vector<DumpTarget>& targets, const fs::path& a
 }
 
 }  // namespace
+
+std::vector<StackTarget> beginStackDump(const WorkerGroup& group, bool flightRecords) {
+  std::vector<StackTarget> targets;
+  for (const Worker& w : group.workers()) {
+    if (!w.child || !w.child->running()) {
+      continue;
+    }
+    StackTarget target;
+    target.rank = w.rank;
+    target.localRank = w.localRank;
+    target.pid = w.child->pid();
+    target.dir = w.dir;
+    if (flightRecords) {
+      target.flightRecords = requestFlightRecords(w.dir);
+    }
+    if (w.progress) {
+      if (const auto snapshot = w.progress->read(); snapshot && snapshot->stackSignal > 0) {
+        std::error_code ec;
+        const auto size = fs::file_size(w.dir / "python_stack.txt", ec);
+        target.pythonOffset = ec ? 0 : size;
+        target.pythonStacks = ::kill(target.pid, snapshot->stackSignal) == 0;
+      }
+    }
+    targets.push_back(std::move(target));
+  }
+  return targets;
+}
+
+WorkerStacks readStacks(const StackTarget& target, const std::string& pathVariable,
+                        const std::atomic<bool>& cancelled) {
+  WorkerStacks stacks;
+  stacks.native = nativeStack(target.pid, pathVariable, kStackToolTimeout, &cancelled);
+  if (target.pythonStacks) {
+    const fs::path file = target.dir / "python_stack.txt";
+    const auto deadline = std::chrono::steady_clock::now() + kPythonStackWait;
+    waitForContent(file, deadline, cancelled, target.pythonOffset);
+    stacks.python = textFrom(file, target.pythonOffset, deadline);
+  }
+  return stacks;
+}
 
 WorkerFailure hangFailure(const HangDiagnosis& diagnosis, const WorkerGroup& group, int nodeRank,
                           const fs::path& attemptDir) {
@@ -277,22 +338,8 @@ HangDiagnosis HangWatch::peerDiagnosis(const rdzv::RoundEnd& end, const WorkerGr
 void HangWatch::dump(const WorkerGroup& group, const fs::path& attemptDir, HangDiagnosis diagnosis,
                      std::function<void(HangRecord)> done) {
   log::agent().warn("dumping the stacks of every worker into {}", attemptDir.string());
-  std::vector<DumpTarget> targets;
   // Python workers first: faulthandler writes from the signal handler while eu-stack works.
-  for (const Worker& w : group.workers()) {
-    if (!w.child || !w.child->running()) {
-      continue;
-    }
-    DumpTarget target{w.rank, w.localRank, w.child->pid(),
-                      w.dir,  false,       requestFlightRecords(w.dir)};
-    if (w.progress) {
-      if (const auto snapshot = w.progress->read(); snapshot && snapshot->stackSignal > 0) {
-        ::kill(target.pid, snapshot->stackSignal);
-        target.pythonStacks = true;
-      }
-    }
-    targets.push_back(std::move(target));
-  }
+  std::vector<StackTarget> targets = beginStackDump(group, true);
   if (dumpThread_.joinable()) {
     dumpThread_.join();  // the previous attempt's dump, long finished
   }

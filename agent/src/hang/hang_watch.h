@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -28,6 +29,34 @@
 #include "workers/workers.h"
 
 namespace dtrun::agent::detail {
+
+// A worker whose stacks are being dumped, as the loop saw it when the dump began.
+struct StackTarget {
+  int rank = 0;
+  int localRank = 0;
+  pid_t pid = 0;
+  std::filesystem::path dir;
+  bool pythonStacks = false;  // the worker was sent its stack signal
+  // Where faulthandler's text of this dump begins in python_stack.txt: the file keeps every
+  // dump of the worker's life, appended.
+  std::uintmax_t pythonOffset = 0;
+  std::vector<std::filesystem::path> flightRecords;  // torch's NCCL dumps asked for
+};
+
+// One worker's stacks, as a dump read them.
+struct WorkerStacks {
+  std::string native;  // every thread's, from eu-stack or gdb (or a line saying why none)
+  std::string python;  // faulthandler's, every thread ("" without the Python hook)
+};
+
+// A dump in two steps, so that only the first runs on the loop. beginStackDump (on the loop):
+// the running workers of `group`, each Python one sent its stack signal now (faulthandler writes
+// from the signal handler while the native tool works); with `flightRecords`, torch's NCCL
+// flight recorder is asked to dump too. readStacks (blocks: eu-stack or gdb, up to 15 s; call it
+// from a thread of the caller's) reads one target's stacks; `cancelled` cuts it short.
+std::vector<StackTarget> beginStackDump(const WorkerGroup& group, bool flightRecords);
+WorkerStacks readStacks(const StackTarget& target, const std::string& pathVariable,
+                        const std::atomic<bool>& cancelled);
 
 // The failure a hang stands for, as the round's end and the report name it: the diagnosis's first
 // suspect (a rank of `group` at node `nodeRank`, or of another node), its stacks in hang.txt.

@@ -7,4 +7,6 @@
 #include "live/live_view.h"           // IWYU pragma: export
 #include "live/metrics_text.h"        // IWYU pragma: export
 #include "live/node_status.h"         // IWYU pragma: export
+#include "live/stack_groups.h"        // IWYU pragma: export
+#include "live/stack_request.h"       // IWYU pragma: export
 #include "live/straggler_detector.h"  // IWYU pragma: export

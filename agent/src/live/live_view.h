@@ -67,6 +67,20 @@ class LiveView {
   [[nodiscard]] std::vector<Straggler> stragglers() const;
   // Samples and publishes now (the wiring calls it when the job's state changes).
   void refresh();
+  // GET /stacks (stack_request.h): `handler` runs on the server's thread.
+  void serveStacks(StatusServer::StacksHandler handler) {
+    if (server_) {  // with --status_port only
+      server_->serveStacks(std::move(handler));
+    }
+  }
+  // The other nodes this agent saw alive lately (gathering; else none).
+  [[nodiscard]] std::vector<int> otherNodes() const {
+    std::vector<int> nodes;
+    for (const NodeStatus& other : others_) {
+      nodes.push_back(other.nodeRank);
+    }
+    return nodes;
+  }
 
  private:
   LiveView(boost::asio::io_context& io, const AgentConfig& config, std::string host,

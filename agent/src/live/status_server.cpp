@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>  // before Asio (Boost 1.74 under C++20)
@@ -65,6 +66,7 @@ struct StatusServer::State : std::enable_shared_from_this<StatusServer::State> {
   std::mutex mutex;
   std::shared_ptr<const std::string> status = std::make_shared<const std::string>("{}");
   std::shared_ptr<const std::string> metrics = std::make_shared<const std::string>("");
+  StacksHandler stacks;  // under mutex
 
   void accept();
   [[nodiscard]] std::pair<std::shared_ptr<const std::string>, std::shared_ptr<const std::string>>
@@ -147,10 +149,13 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
       return reply(
           errorResponse(http::status::bad_request, "not an HTTP request: " + ec.message()));
     }
-    reply(answer(parser_.get()));
+    if (auto response = answer(parser_.get())) {
+      reply(std::move(*response));
+    }
   }
 
-  Response answer(const http::request<http::empty_body>& request) {
+  // nullopt: the answer comes later (GET /stacks).
+  std::optional<Response> answer(const http::request<http::empty_body>& request) {
     if (request.method() != http::verb::get && request.method() != http::verb::head) {
       return errorResponse(http::status::method_not_allowed, "only GET is served");
     }
@@ -177,8 +182,47 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
     if (path == "/") {
       return textResponse(http::status::ok, std::string(kLivePage), "text/html; charset=utf-8");
     }
+    if (path == "/stacks") {
+      StatusServer::StacksHandler handler;
+      {
+        const std::lock_guard lock(state_->mutex);
+        handler = state_->stacks;
+      }
+      if (handler) {
+        askStacks(handler);
+        return std::nullopt;
+      }
+    }
     return errorResponse(http::status::not_found, "no such page: " + std::string(path) +
-                                                      " (there are /, /status, /metrics)");
+                                                      " (there are /, /status, /metrics, /stacks)");
+  }
+
+  // The reply comes from the agent's loop, through this session's strand; the deadline answers
+  // 504 first when it does not come in time. The reply holds the server's state, so that its
+  // strand is there whenever it is called; a session gone by then (closed) is not answered.
+  void askStacks(const StatusServer::StacksHandler& handler) {
+    deadline_.expires_after(state_->options.stacksDeadline);
+    deadline_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec && !self->answered_) {
+        self->answered_ = true;
+        self->reply(errorResponse(http::status::gateway_timeout,
+                                  "the stacks did not come within " +
+                                      std::to_string(self->state_->options.stacksDeadline.count()) +
+                                      " ms"));
+      }
+    });
+    std::weak_ptr<StatusSession> weak = shared_from_this();
+    handler([weak, state = state_, executor = stream_.get_executor()](std::string text) {
+      asio::post(executor, [weak, text = std::move(text)]() mutable {
+        const auto self = weak.lock();
+        if (!self || self->answered_) {
+          return;
+        }
+        self->answered_ = true;
+        self->deadline_.cancel();
+        self->reply(textResponse(http::status::ok, std::move(text), "text/plain; charset=utf-8"));
+      });
+    });
   }
 
   void reply(Response response) {
@@ -197,6 +241,7 @@ class StatusSession : public std::enable_shared_from_this<StatusSession> {
   Response response_;
   asio::steady_timer deadline_;
   bool timedOut_ = false;
+  bool answered_ = false;  // GET /stacks: replied (or timed out)
 };
 
 void StatusServer::State::accept() {
@@ -278,6 +323,11 @@ StatusServer::~StatusServer() {
 }
 
 std::uint16_t StatusServer::port() const { return state_->port; }
+
+void StatusServer::serveStacks(StacksHandler handler) {
+  const std::lock_guard lock(state_->mutex);
+  state_->stacks = std::move(handler);
+}
 
 void StatusServer::publish(std::string statusJson, std::string metrics) {
   auto status = std::make_shared<const std::string>(std::move(statusJson));

@@ -31,6 +31,8 @@ std::function<int()> addBundleCommand(CLI::App& app, std::string_view versionLin
 std::function<int()> addGpusCommand(CLI::App& app);
 // `dtrun top ADDR` (alias `dtrun status`): the live view of a running job from its --status_port.
 std::function<int()> addTopCommand(CLI::App& app);
+// `dtrun stacks ADDR`: every running worker's stacks, grouped, from the job's --status_port.
+std::function<int()> addStacksCommand(CLI::App& app);
 
 // `dtrun completion bash` (the shell's completion script) and the hidden `dtrun --print-man` (the
 // man page's generated sections), both written from `app` as it is when they run: call the

@@ -8,34 +8,25 @@
 #include <cstdint>
 #include <iomanip>
 #include <iostream>
-#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <utility>  // before Asio (Boost 1.74 under C++20)
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include "dtrun/common.h"
 #include "dtrun/launcher.h"
 
+#include "report/status_client.h"
 #include "text.h"
 
 namespace dtrun::launcher {
 namespace {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 
 struct TopOptions {
   std::string address;
@@ -46,80 +37,20 @@ struct TopOptions {
   bool once = false;
 };
 
-// "host:port" or "http://host:port[/...]" -> host and port; nullopt when not one.
-std::optional<std::pair<std::string, std::string>> splitAddress(std::string text) {
-  if (text.starts_with("http://")) {
-    text = text.substr(7);
-  }
-  text = text.substr(0, text.find('/'));
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return std::nullopt;
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::pair{host, text.substr(colon + 1)};
-}
-
 // GET /status within `timeout`: the body, or one line saying what went wrong.
 Result<std::string> fetchStatus(const TopOptions& o, std::chrono::milliseconds timeout) {
-  const auto where = splitAddress(o.address);
-  if (!where) {
-    return Status::invalidArgument("'" + o.address +
-                                   "' is not HOST:PORT (the address of a job's --status_port, "
-                                   "e.g. 127.0.0.1:29600)");
-  }
-  asio::io_context io;
-  beast::tcp_stream stream(io);
-  boost::system::error_code ec;
-  asio::ip::tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(where->first, where->second, ec);
-  if (ec) {
-    return Status::connection("cannot resolve " + where->first + ": " + ec.message());
-  }
-  stream.expires_after(timeout);
-  http::response<http::string_body> response;
-  beast::flat_buffer buffer;
-  stream.async_connect(endpoints, [&](boost::system::error_code connected, const auto&) {
-    if (connected) {
-      ec = connected;
-      return;
-    }
-    auto request =
-        std::make_shared<http::request<http::empty_body>>(http::verb::get, "/status", 11);
-    request->set(http::field::host, where->first);
-    if (!o.token.empty()) {
-      request->set(http::field::authorization, "Bearer " + o.token);
-    }
-    http::async_write(
-        stream, *request, [&, request](boost::system::error_code written, std::size_t) {
-          if (written) {
-            ec = written;
-            return;
-          }
-          http::async_read(stream, buffer, response,
-                           [&](boost::system::error_code read, std::size_t) { ec = read; });
-        });
-  });
-  io.run();
-  if (ec) {
-    return Status::connection("cannot read the status at " + o.address + ": " + ec.message() +
-                              " (is the job running with --status_port, and is the address its "
-                              "--status_addr?)");
-  }
-  if (response.result() == http::status::unauthorized) {
+  DTRUN_ASSIGN_OR_RETURN(HttpAnswer answer, httpGet(o.address, "/status", o.token, timeout));
+  if (answer.status == 401) {
     return Status::error(Errc::kDenied, "the job at " + o.address +
                                             " needs its store token: pass --token or set "
                                             "DTRUN_STORE_TOKEN");
   }
-  if (response.result() != http::status::ok) {
+  if (answer.status != 200) {
     return Status::connection("the status endpoint at " + o.address + " answered " +
-                              std::to_string(response.result_int()) + ": " +
-                              std::string(text::trim(response.body())));
+                              std::to_string(answer.status) + ": " +
+                              std::string(text::trim(answer.body)));
   }
-  return std::move(response.body());
+  return std::move(answer.body);
 }
 
 struct Row {
