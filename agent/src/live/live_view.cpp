@@ -82,6 +82,7 @@ LiveView::LiveView(boost::asio::io_context& io, const AgentConfig& config, std::
       facts_(std::move(facts)),
       server_(std::move(server)),
       exchange_(std::move(exchange)),
+      gpus_(config.healthChecks.nvmlLibrary),
       timer_(io) {}
 
 void LiveView::arm() {
@@ -89,6 +90,7 @@ void LiveView::arm() {
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) {
       refresh();
+      gpus_.request(group_);  // once a period: the next refresh shows it
       arm();
     }
   });
@@ -96,6 +98,7 @@ void LiveView::arm() {
 
 void LiveView::refresh() {
   NodeStatus node = sampleNode(group_, sampler_, progress::monotonicNs());
+  gpus_.fill(node);
   const LiveFacts facts = facts_();
   node.host = host_;
   node.runId = config_.runId;

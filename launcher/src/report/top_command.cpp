@@ -132,6 +132,7 @@ struct Row {
   std::uint64_t ops = 0;
   std::uint64_t lag = 0;
   nlohmann::json rate, since, cpu, rss;
+  nlohmann::json gpu, gpuUtilization, gpuMemory;  // NVML's, where the agent has it
 };
 
 std::string fixed(const nlohmann::json& value, int digits) {
@@ -152,6 +153,7 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
   }
   std::vector<Row> rows;
   std::uint64_t most = 0;
+  bool gpus = false;  // the GPU columns, only when some rank has a GPU
   std::ostringstream out;
   const auto& nodes = job["nodes"];
   for (const auto& n : nodes) {
@@ -167,8 +169,12 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
               r.value("ops_per_second", nlohmann::json()),
               r.value("since_progress_seconds", nlohmann::json()),
               r.value("cpu_percent", nlohmann::json()),
-              r.value("rss_bytes", nlohmann::json())};
+              r.value("rss_bytes", nlohmann::json()),
+              r.value("gpu", nlohmann::json()),
+              r.value("gpu_utilization", nlohmann::json()),
+              r.value("gpu_memory_bytes", nlohmann::json())};
       most = std::max(most, row.ops);
+      gpus = gpus || row.gpu.is_number();
       rows.push_back(std::move(row));
     }
   }
@@ -189,8 +195,11 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
   out << std::left << std::setw(6) << "rank" << std::setw(5) << "node" << std::setw(16) << "host"
       << std::setw(9) << "pid" << std::setw(10) << "state" << std::setw(16) << "op" << std::right
       << std::setw(8) << "ops" << std::setw(8) << "ops/s" << std::setw(8) << "idle_s"
-      << std::setw(6) << "lag" << std::setw(6) << "cpu%" << std::setw(8) << "rss_MiB"
-      << "\n";
+      << std::setw(6) << "lag" << std::setw(6) << "cpu%" << std::setw(8) << "rss_MiB";
+  if (gpus) {
+    out << std::setw(5) << "gpu" << std::setw(6) << "gpu%" << std::setw(9) << "gpu_MiB";
+  }
+  out << "\n";
   for (const Row& row : rows) {
     const std::string rss =
         row.rss.is_number() ? std::to_string(row.rss.get<std::uint64_t>() >> 20U) : "-";
@@ -199,7 +208,14 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
         << std::setw(16) << (row.op.empty() ? "-" : row.op.substr(0, 15)) << std::right
         << std::setw(8) << row.ops << std::setw(8) << fixed(row.rate, 1) << std::setw(8)
         << fixed(row.since, 1) << std::setw(6) << row.lag << std::setw(6) << fixed(row.cpu, 0)
-        << std::setw(8) << rss << "\n";
+        << std::setw(8) << rss;
+    if (gpus) {
+      out << std::setw(5) << (row.gpu.is_number() ? row.gpu.dump() : "-") << std::setw(6)
+          << fixed(row.gpuUtilization, 0) << std::setw(9)
+          << (row.gpuMemory.is_number() ? std::to_string(row.gpuMemory.get<std::uint64_t>() >> 20U)
+                                        : "-");
+    }
+    out << "\n";
   }
   return out.str();
 }
