@@ -2,6 +2,8 @@
 // against real sockets: bodies, the token, bad requests (junk, a huge header, a slow client) each
 // answered with a clear HTTP error while other clients are still served at once.
 #include <chrono>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,15 +15,21 @@
 
 #include <catch2/catch.hpp>
 
+#include "live/gpu_sampler.h"
 #include "live/live.h"
 #include "live/status_server.h"
 
 namespace {
 
+using dtrun::agent::GpuProcessReading;
+using dtrun::agent::GpuReading;
+using dtrun::agent::GpuReadings;
 using dtrun::agent::detail::NodeStatus;
+using dtrun::agent::detail::ProcStat;
 using dtrun::agent::detail::RankStatus;
 using dtrun::agent::detail::StatusServer;
 using dtrun::agent::detail::StatusServerOptions;
+using dtrun::agent::detail::WorkerPid;
 
 NodeStatus liveNode(int nodeRank, std::vector<std::uint64_t> ops) {
   NodeStatus n;
@@ -111,6 +119,66 @@ TEST_CASE("the job's metrics in Prometheus's text format", "[unit][agent][live]"
   // No GPU reading: no GPU family at all (an empty family would be noise).
   CHECK(text.find("gpu") == std::string::npos);
   CHECK(dtrun::agent::detail::escapeLabelValue("a\\b\"c\nd") == "a\\\\b\\\"c\\nd");
+}
+
+TEST_CASE("a rank's GPU figures: where it holds the most, its memory on every GPU",
+          "[unit][agent][live]") {
+  // Worker 100 (rank 4) is a shell whose child 101 computes on GPU 1 and holds a little of GPU 0;
+  // worker 200 (rank 5) holds GPU 0 where NVML may not tell sizes; 300 is nobody's.
+  const std::map<unsigned, ProcStat> table = {{100, ProcStat{100, 'S', 1, 100, 7}},
+                                              {101, ProcStat{101, 'S', 100, 100, 9}},
+                                              {200, ProcStat{200, 'S', 1, 200, 8}},
+                                              {300, ProcStat{300, 'S', 1, 300, 3}}};
+  const auto read = [&](unsigned pid) -> std::optional<ProcStat> {
+    const auto it = table.find(pid);
+    return it == table.end() ? std::nullopt : std::optional<ProcStat>(it->second);
+  };
+  const std::vector<WorkerPid> workers = {WorkerPid{100, 7, 4, 0, ""}, WorkerPid{200, 8, 5, 1, ""}};
+  GpuReadings readings;
+  GpuReading gpu0;
+  gpu0.index = 0;
+  gpu0.utilizationGpu = 12;
+  gpu0.processes = {GpuProcessReading{101, "python", 64ULL << 20, -1, -1},
+                    GpuProcessReading{200, "python", std::nullopt, -1, -1},
+                    GpuProcessReading{300, "other", 1ULL << 30, -1, -1}};
+  GpuReading gpu1;
+  gpu1.index = 1;
+  gpu1.utilizationGpu = 93;
+  gpu1.processes = {GpuProcessReading{101, "python", 2048ULL << 20, -1, -1}};
+  readings.gpus = {gpu0, gpu1};
+
+  const auto byPid = dtrun::agent::detail::rankGpusOf(readings, workers, read);
+  REQUIRE(byPid.size() == 2);
+  CHECK(byPid.at(100).gpu == 1);
+  CHECK(byPid.at(100).utilization == 93U);
+  CHECK(byPid.at(100).memoryBytes == (2048ULL + 64) << 20);
+  CHECK(byPid.at(200).gpu == 0);
+  CHECK(byPid.at(200).utilization == 12U);
+  CHECK_FALSE(byPid.at(200).memoryBytes.has_value());
+}
+
+TEST_CASE("a rank's GPU figures in the JSON and the metrics; none without them",
+          "[unit][agent][live]") {
+  NodeStatus node = liveNode(0, {3, 4});
+  node.ranks[1].gpu = 1;
+  node.ranks[1].gpuMemoryBytes = 812ULL << 20;
+  node.ranks[1].gpuUtilization = 37;
+  const auto json = dtrun::agent::detail::toJson(node);
+  CHECK(json["ranks"][1]["gpu"] == 1);
+  CHECK(json["ranks"][1]["gpu_memory_bytes"] == 812ULL << 20);
+  CHECK(json["ranks"][1]["gpu_utilization"] == 37);
+  CHECK_FALSE(json["ranks"][0].contains("gpu"));
+  const auto back = dtrun::agent::detail::nodeStatusFromJson(json);
+  REQUIRE(back.has_value());
+  CHECK(back->ranks[1].gpuMemoryBytes == 812ULL << 20);
+  CHECK(back->ranks[1].gpuUtilization == 37U);
+  const std::string text = dtrun::agent::detail::metricsText({node});
+  const std::string rank1 = R"(run_id="job1",node="0",host="h\"0",rank="1",local_rank="1")";
+  CHECK(hasLine(text, "dtrun_rank_gpu_utilization_ratio{" + rank1 + "} 0.37"));
+  CHECK(hasLine(text, "dtrun_rank_gpu_memory_bytes{" + rank1 + "} 851443712"));
+  const std::string rank0 = R"(run_id="job1",node="0",host="h\"0",rank="0",local_rank="0")";
+  CHECK(text.find("dtrun_rank_gpu_utilization_ratio{" + rank0) == std::string::npos);
+  CHECK(text.find("dtrun_rank_gpu_memory_bytes{" + rank0) == std::string::npos);
 }
 
 TEST_CASE("a node's status survives its JSON form", "[unit][agent][live]") {

@@ -1,6 +1,7 @@
 // The live page (GET / on the status endpoint): one self-contained HTML file, no network beyond
 // its own endpoint, that reads /status every second (with the page's own ?token=) and shows a
-// row per rank, stragglers first, then the slowest.
+// row per rank, stragglers first, then the slowest (the GPU columns only when some rank has
+// NVML's figures).
 #pragma once
 
 #include <string_view>
@@ -22,20 +23,22 @@ tr.slow td{background:#fff4e0}
 tr.straggler td{background:#ffe0e0;font-weight:bold}
 #stragglers{color:#b00;margin-bottom:.6em}
 #err{color:#b00}
+table.nogpu .g{display:none}
 </style></head><body>
 <h1>dtrun: <span id="run">?</span></h1>
 <div id="job"></div><div id="stragglers"></div><div id="err"></div>
-<table><thead><tr><th>rank</th><th>node</th><th class="l">host</th><th>pid</th>
-<th class="l">state</th><th class="l">operation</th><th>ops</th><th>ops/s</th>
-<th>since progress (s)</th><th>lag</th><th>late (s)</th><th>CPU %</th><th>RSS MiB</th><th>GPU</th></tr></thead>
+<table id="ranks" class="nogpu"><thead><tr><th>rank</th><th>node</th><th class="l">host</th>
+<th>pid</th><th class="l">state</th><th class="l">operation</th><th>ops</th><th>ops/s</th>
+<th>since progress (s)</th><th>lag</th><th>late (s)</th><th>CPU %</th><th>RSS MiB</th>
+<th class="g">GPU</th><th class="g">GPU %</th><th class="g">GPU MiB</th></tr></thead>
 <tbody id="rows"></tbody></table>
 <script>
 "use strict";
 const q = new URLSearchParams(location.search);
 const url = "status" + (q.get("token") ? "?token=" + encodeURIComponent(q.get("token")) : "");
-function cell(text, left) {
+function cell(text, cls) {
   const td = document.createElement("td");
-  if (left) td.className = "l";
+  if (cls) td.className = cls;
   td.textContent = text === undefined || text === null ? "" : String(text);
   return td;
 }
@@ -49,7 +52,13 @@ function render(job) {
     ", restarts " + first.restarts + "/" + first.max_restarts + ", " + first.state;
   const ranks = [];
   let most = 0;
-  for (const n of nodes) for (const r of n.ranks) { ranks.push([n, r]); most = Math.max(most, r.ops); }
+  let gpus = false;
+  for (const n of nodes) for (const r of n.ranks) {
+    ranks.push([n, r]);
+    most = Math.max(most, r.ops);
+    gpus = gpus || r.gpu !== undefined;
+  }
+  document.getElementById("ranks").className = gpus ? "" : "nogpu";
   const late = r => r.straggler ? (r.late_seconds || 0) : -1;
   ranks.sort((a, b) => (late(b[1]) - late(a[1])) || (a[1].ops - b[1].ops) || (a[1].rank - b[1].rank));
   document.getElementById("stragglers").textContent = ranks.filter(([n, r]) => r.straggler)
@@ -61,12 +70,13 @@ function render(job) {
     const tr = document.createElement("tr");
     tr.className = r.state === "failed" ? "failed" :
       (r.straggler ? "straggler" : (most - r.ops > 0 ? "slow" : ""));
-    tr.append(cell(r.rank), cell(n.node_rank), cell(n.host, true), cell(r.pid),
-      cell(r.state, true), cell(r.op, true), cell(r.ops), cell(fixed(r.ops_per_second, 1)),
+    tr.append(cell(r.rank), cell(n.node_rank), cell(n.host, "l"), cell(r.pid),
+      cell(r.state, "l"), cell(r.op, "l"), cell(r.ops), cell(fixed(r.ops_per_second, 1)),
       cell(fixed(r.since_progress_seconds, 1)), cell(most - r.ops), cell(fixed(r.late_seconds, 2)),
       cell(fixed(r.cpu_percent, 0)),
       cell(r.rss_bytes === undefined ? "" : (r.rss_bytes / 1048576).toFixed(0)),
-      cell(r.gpu === undefined ? "" : r.gpu + " (" + (r.gpu_utilization ?? "?") + "%)"));
+      cell(r.gpu, "g"), cell(r.gpu_utilization, "g"),
+      cell(r.gpu_memory_bytes === undefined ? "" : (r.gpu_memory_bytes / 1048576).toFixed(0), "g"));
     body.append(tr);
   }
 }

@@ -88,6 +88,7 @@ LiveView::LiveView(boost::asio::io_context& io, const AgentConfig& config, std::
       server_(std::move(server)),
       exchange_(std::move(exchange)),
       onStraggler_(std::move(onStraggler)),
+      gpus_(config.healthChecks.nvmlLibrary),
       timer_(io) {
   if (config.stragglerThreshold.count() > 0 && (!exchange_ || exchange_->gathers())) {
     stragglers_.emplace(config.stragglerThreshold, config.stragglerWindow);
@@ -103,6 +104,7 @@ void LiveView::arm() {
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) {
       refresh();
+      gpus_.request(group_);  // once a period: the next refresh shows it
       arm();
     }
   });
@@ -110,6 +112,7 @@ void LiveView::arm() {
 
 void LiveView::refresh() {
   NodeStatus node = sampleNode(group_, sampler_, progress::monotonicNs());
+  gpus_.fill(node);
   const LiveFacts facts = facts_();
   node.host = host_;
   node.runId = config_.runId;

@@ -18,6 +18,7 @@
 
 #include "dtrun/agent_config.h"
 
+#include "live/gpu_sampler.h"
 #include "live/live_exchange.h"
 #include "live/node_status.h"
 #include "live/rank_sampler.h"
@@ -101,6 +102,7 @@ class LiveView {
   std::function<void(const Straggler&)> onStraggler_;
   std::vector<NodeStatus> others_;  // the other nodes, as last gathered
   RankSampler sampler_;
+  GpuSampler gpus_;  // NVML, off the loop; each sample shows its last reading
   boost::asio::steady_timer timer_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

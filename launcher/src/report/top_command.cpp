@@ -64,6 +64,7 @@ struct Row {
   std::uint64_t lag = 0;
   nlohmann::json rate, since, cpu, rss, late;
   bool straggler = false;
+  nlohmann::json gpu, gpuUtilization, gpuMemory;  // NVML's, where the agent has it
 };
 
 std::string fixed(const nlohmann::json& value, int digits) {
@@ -84,6 +85,7 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
   }
   std::vector<Row> rows;
   std::uint64_t most = 0;
+  bool gpus = false;  // the GPU columns, only when some rank has a GPU
   std::ostringstream out;
   const auto& nodes = job["nodes"];
   for (const auto& n : nodes) {
@@ -101,8 +103,12 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
               r.value("cpu_percent", nlohmann::json()),
               r.value("rss_bytes", nlohmann::json()),
               r.value("late_seconds", nlohmann::json()),
-              r.value("straggler", false)};
+              r.value("straggler", false),
+              r.value("gpu", nlohmann::json()),
+              r.value("gpu_utilization", nlohmann::json()),
+              r.value("gpu_memory_bytes", nlohmann::json())};
       most = std::max(most, row.ops);
+      gpus = gpus || row.gpu.is_number();
       rows.push_back(std::move(row));
     }
   }
@@ -138,8 +144,11 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
       << std::setw(9) << "pid" << std::setw(10) << "state" << std::setw(16) << "op" << std::right
       << std::setw(8) << "ops" << std::setw(8) << "ops/s" << std::setw(8) << "idle_s"
       << std::setw(6) << "lag" << std::setw(8) << "late_s" << std::setw(6) << "cpu%" << std::setw(8)
-      << "rss_MiB"
-      << "\n";
+      << "rss_MiB";
+  if (gpus) {
+    out << std::setw(5) << "gpu" << std::setw(6) << "gpu%" << std::setw(9) << "gpu_MiB";
+  }
+  out << "\n";
   for (const Row& row : rows) {
     const std::string rss =
         row.rss.is_number() ? std::to_string(row.rss.get<std::uint64_t>() >> 20U) : "-";
@@ -149,7 +158,14 @@ std::string renderStatus(const std::string& body, const std::string& sort, std::
         << std::setw(8) << row.ops << std::setw(8) << fixed(row.rate, 1) << std::setw(8)
         << fixed(row.since, 1) << std::setw(6) << row.lag << std::setw(8)
         << (fixed(row.late, 2) + (row.straggler ? "!" : "")) << std::setw(6) << fixed(row.cpu, 0)
-        << std::setw(8) << rss << "\n";
+        << std::setw(8) << rss;
+    if (gpus) {
+      out << std::setw(5) << (row.gpu.is_number() ? row.gpu.dump() : "-") << std::setw(6)
+          << fixed(row.gpuUtilization, 0) << std::setw(9)
+          << (row.gpuMemory.is_number() ? std::to_string(row.gpuMemory.get<std::uint64_t>() >> 20U)
+                                        : "-");
+    }
+    out << "\n";
   }
   return out.str();
 }

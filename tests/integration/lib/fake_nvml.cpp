@@ -6,6 +6,8 @@
 //   FAKE_NVML_COUNT=N         N GPUs (default 8), named "Fake GPU", UUID GPU-fake-<index>
 //   FAKE_NVML_BUSY=G:PID:FILE while FILE exists, GPU G holds 1 GiB of process PID's memory
 //   FAKE_NVML_PROCESSES=G:PID:MIB,...  GPU G holds MIB MiB of process PID's memory (after BUSY's)
+//   FAKE_NVML_PROCESSES_FILE=F  F holds more entries of that form, each ended by a comma (workers
+//                             append their own pid there once they run; a missing F adds none)
 //   FAKE_NVML_UTILIZATION=G:GPU:MEM,...  GPU G's utilisation: GPU % and memory % (default 0 0)
 //   FAKE_NVML_MEMORY=G:USED:TOTAL,...  GPU G's memory in MiB (default: its processes' sum, of
 //                             81559 MiB, an H100's)
@@ -37,14 +39,9 @@ struct Busy {
 };
 
 // "G:A:B,G:A:B,...": the entries whose first number is `gpu`, as {A, B}.
-std::vector<std::pair<unsigned long long, unsigned long long>> entries(const char* name,
-                                                                       unsigned gpu) {
+std::vector<std::pair<unsigned long long, unsigned long long>> entriesIn(const std::string& spec,
+                                                                         unsigned gpu) {
   std::vector<std::pair<unsigned long long, unsigned long long>> out;
-  const char* text = std::getenv(name);
-  if (text == nullptr) {
-    return out;
-  }
-  std::string spec(text);
   std::size_t at = 0;
   while (at <= spec.size()) {
     std::size_t end = spec.find(',', at);
@@ -59,6 +56,31 @@ std::vector<std::pair<unsigned long long, unsigned long long>> entries(const cha
     at = end + 1;
   }
   return out;
+}
+
+// The environment variable `name`'s entries for `gpu`.
+std::vector<std::pair<unsigned long long, unsigned long long>> entries(const char* name,
+                                                                       unsigned gpu) {
+  const char* text = std::getenv(name);
+  return text == nullptr ? std::vector<std::pair<unsigned long long, unsigned long long>>{}
+                         : entriesIn(text, gpu);
+}
+
+// The file FAKE_NVML_PROCESSES_FILE names, whole; "" when unset or unreadable.
+std::string processesFile() {
+  const char* path = std::getenv("FAKE_NVML_PROCESSES_FILE");
+  std::FILE* f = path == nullptr ? nullptr : std::fopen(path, "r");
+  if (f == nullptr) {
+    return "";
+  }
+  std::string text;
+  char buf[512];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    text.append(buf, n);
+  }
+  static_cast<void>(std::fclose(f));
+  return text;
 }
 
 Busy busy() {
@@ -103,7 +125,7 @@ struct MemoryV2 {
   unsigned long long used;
 };
 
-// GPU `index`'s processes: BUSY's while its file exists, then PROCESSES' entries.
+// GPU `index`'s processes: BUSY's while its file exists, then PROCESSES' entries, then the file's.
 std::vector<ProcessInfo> processesOf(unsigned index) {
   std::vector<ProcessInfo> out;
   const Busy b = busy();
@@ -111,6 +133,9 @@ std::vector<ProcessInfo> processesOf(unsigned index) {
     out.push_back({b.pid, 1ULL << 30, 0, 0});
   }
   for (const auto& [pid, mib] : entries("FAKE_NVML_PROCESSES", index)) {
+    out.push_back({static_cast<unsigned>(pid), mib << 20, 0, 0});
+  }
+  for (const auto& [pid, mib] : entriesIn(processesFile(), index)) {
     out.push_back({static_cast<unsigned>(pid), mib << 20, 0, 0});
   }
   return out;
