@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # What the live view costs (issue 30): a PyTorch job's step time and the agent's CPU, in one run,
-# in three configurations of the same 4-rank job (bench/live/step_worker.py: a DDP-like loop on
+# in four configurations of the same 4-rank job (bench/live/step_worker.py: a DDP-like loop on
 # CPU over gloo, one dist.all_reduce per gradient tensor from Python):
-#   hook      --python_hook=on,  no --status_port
-#   live      --python_hook=on,  --status_port=0, /metrics and /status scraped every second
+#   hook      --python_hook=on,  no --status_port (no straggler timing)
+#   timed     --python_hook=on,  --straggler_threshold=0.2: entry times recorded and judged
+#   live      --python_hook=on,  --status_port=0 (straggler timing on by default), /metrics and
+#             /status scraped every second
 #   nohook    --python_hook=off, no --status_port
-# live / hook is what the endpoint costs while served and scraped; hook / nohook what the Python
-# hook costs per collective (with the straggler timing, once that is in the hook). The runs
-# alternate (hook live nohook, then nohook live hook, ...) so load from other work on the machine
+# timed / hook is what the straggler timing costs; live / timed what the endpoint costs while
+# served and scraped; hook / nohook what the Python hook costs per collective. The runs
+# alternate (hook timed live nohook, then nohook live timed hook, ...) so load from other work on the machine
 # hits every configuration alike. Prints one table: the median over REPEATS of the mean step time
 # (the mean over ranks of each rank's mean after its warm-up steps), the agent's CPU (utime +
 # stime of its /proc/<pid>/stat, read every 0.2 s until it exits) per minute of job, and the
 # ratios. Asserts nothing.
 #   bash bench/live/run.sh [DTRUN]        (builds nothing: cmake --build build --target dtrun)
 # Knobs (environment): REPEATS=2, NPROC=4, STEPS=200, WARMUP=30, WIDTH=256, LAYERS=4 (2 x LAYERS
-# all_reduces per step), BATCH=32, CONFIGS="hook live nohook", OUT=<dir for logs; default a temp
+# all_reduces per step), BATCH=32, CONFIGS="hook timed live nohook", OUT=<dir for logs; default a temp
 # dir, removed unless KEEP=1>.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +28,7 @@ command -v curl >/dev/null || { echo "run.sh: curl not found (apt-get install cu
 PY=/usr/bin/python3  # Debian's interpreter with torch 1.13; the python3 on PATH has no torch
 REPEATS=${REPEATS:-2}
 NPROC=${NPROC:-4}
-CONFIGS=${CONFIGS:-"hook live nohook"}
+CONFIGS=${CONFIGS:-"hook timed live nohook"}
 export STEPS=${STEPS:-200} WARMUP=${WARMUP:-30} WIDTH=${WIDTH:-256} LAYERS=${LAYERS:-4}
 export BATCH=${BATCH:-32}
 if [[ -z ${OUT:-} ]]; then
@@ -50,6 +52,7 @@ run_one() {
   local args=(--nproc_per_node="$NPROC" --log_dir="$dir/logs" --rdzv_id="live-$config-$rep")
   case $config in
     hook) args+=(--python_hook=on) ;;
+    timed) args+=(--python_hook=on --straggler_threshold=0.2) ;;
     live) args+=(--python_hook=on --status_port=0) ;;
     nohook) args+=(--python_hook=off) ;;
     *) echo "run.sh: unknown configuration '$config'" >&2; exit 2 ;;
@@ -120,7 +123,8 @@ calls = int(sys.argv[2])
 by = {}
 for config, step, cpu, wall, scrapes in rows:
     by.setdefault(config, []).append((float(step), float(cpu), float(wall), int(scrapes)))
-label = {"hook": "hook on, endpoint off", "live": "hook on, endpoint on + scraped 1/s",
+label = {"hook": "hook on, endpoint off", "timed": "hook on + straggler timing",
+         "live": "hook + timing, endpoint on + scraped 1/s",
          "nohook": "hook off, endpoint off"}
 med = {}
 print(f"{'configuration':38} {'step ms':>9} {'(min-max)':>17} {'agent CPU s/min':>16} {'(min-max)':>13}")
@@ -133,8 +137,13 @@ for config, runs in by.items():
     print(f"{label.get(config, config):38} {med[config][0]:9.3f} "
           f"({min(steps):7.3f}-{max(steps):7.3f}) {med[config][1]:16.3f} "
           f"({min(per_min):5.3f}-{max(per_min):5.3f}){note}")
-if "live" in med and "hook" in med:
-    (s1, c1), (s0, c0) = med["live"], med["hook"]
+if "timed" in med and "hook" in med:
+    (s1, c1), (s0, c0) = med["timed"], med["hook"]
+    print(f"straggler timing on / off: step {s1 / s0:.3f}x ({1000 * (s1 - s0):+.0f} us per step, "
+          f"{1000 * (s1 - s0) / calls:+.1f} us per all_reduce), agent CPU {c1 / c0:.2f}x")
+base = "timed" if "timed" in med else "hook"
+if "live" in med and base in med:
+    (s1, c1), (s0, c0) = med["live"], med[base]
     print(f"endpoint on + scraped / off: step {s1 / s0:.3f}x ({1000 * (s1 - s0):+.0f} us), "
           f"agent CPU {c1 / c0:.2f}x ({c1 - c0:+.3f} CPU-s per minute)")
 if "hook" in med and "nohook" in med:

@@ -95,10 +95,6 @@ LiveView::LiveView(boost::asio::io_context& io, const AgentConfig& config, std::
   }
 }
 
-std::vector<Straggler> LiveView::stragglers() const {
-  return stragglers_ ? stragglers_->current() : std::vector<Straggler>{};
-}
-
 void LiveView::arm() {
   timer_.expires_after(kSamplePeriod);
   timer_.async_wait([this](const boost::system::error_code& ec) {

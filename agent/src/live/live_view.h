@@ -64,8 +64,6 @@ class LiveView {
   ~LiveView() = default;
 
   [[nodiscard]] std::uint16_t port() const { return server_ ? server_->port() : 0; }
-  // The ranks named stragglers now (the judging agent's; empty elsewhere), slowest first.
-  [[nodiscard]] std::vector<Straggler> stragglers() const;
   // Samples and publishes now (the wiring calls it when the job's state changes).
   void refresh();
   // GET /stacks (stack_request.h): `handler` runs on the server's thread.
