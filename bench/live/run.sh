@@ -13,7 +13,8 @@
 # hits every configuration alike. Prints one table: the median over REPEATS of the mean step time
 # (the mean over ranks of each rank's mean after its warm-up steps), the agent's CPU (utime +
 # stime of its /proc/<pid>/stat, read every 0.2 s until it exits) per minute of job, and the
-# ratios. Asserts nothing.
+# ratios; then the hook's begin+end per collective with and without entry times
+# (bench/live/hook_timing.py). Asserts nothing.
 #   bash bench/live/run.sh [DTRUN]        (builds nothing: cmake --build build --target dtrun)
 # Knobs (environment): REPEATS=2, NPROC=4, STEPS=200, WARMUP=30, WIDTH=256, LAYERS=4 (2 x LAYERS
 # all_reduces per step), BATCH=32, CONFIGS="hook timed live nohook", OUT=<dir for logs; default a temp
@@ -151,4 +152,7 @@ if "hook" in med and "nohook" in med:
     print(f"hook on / off: step {s1 / s0:.3f}x ({1000 * (s1 - s0):+.0f} us per step, "
           f"{1000 * (s1 - s0) / calls:+.1f} us per all_reduce, {calls} per step)")
 EOF
+# The hook's own cost per collective with and without entry times, resolvable where step times
+# are not (a step's spread on a loaded machine is milliseconds; the timing costs nanoseconds).
+"$PY" "$root/bench/live/hook_timing.py"
 echo "run.sh: load after $(cut -d' ' -f1-3 /proc/loadavg)" >&2
