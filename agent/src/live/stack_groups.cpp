@@ -211,7 +211,10 @@ std::string groupStacks(const std::string& heading, const std::vector<RankStacks
   for (const RankStacks& r : ranks) {
     std::string python = normalisedPython(r.python);
     std::string native = normalisedNative(r.native);
-    Group& g = bySignature[python + "\n--\n" + native];
+    std::string signature = python;
+    signature += "\n--\n";
+    signature += native;
+    Group& g = bySignature[signature];
     if (g.ranks.empty()) {
       g.python = std::move(python);
       g.native = std::move(native);

@@ -55,8 +55,7 @@ StackDumps::StackDumps(asio::io_context& io, const AgentConfig& config, std::str
       storeThread_(std::make_unique<TaskThread>()) {}
 
 StackDumps::~StackDumps() {
-  *cancelled_ = true;
-  pollTimer_.cancel();
+  *cancelled_ = true;  // the poll timer's own destructor cancels its wait
   storeThread_.reset();
   dumpThread_.reset();
 }
@@ -83,7 +82,10 @@ void StackDumps::poll() {
     if (value.isOk()) {
       id = value.value() ? std::string(*value.value()) : std::string();
     }
-    asio::post(io_, [this, id = std::move(id)] {
+    asio::post(io_, [this, cancelled, id = std::move(id)] {
+      if (*cancelled) {
+        return;
+      }
       if (id && lastRequest_ && *id != *lastRequest_ && !id->empty()) {
         answer(*id);
       }
