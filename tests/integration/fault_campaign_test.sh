@@ -444,9 +444,10 @@ run_one() {
         fi
         for i in 1 2; do
           expect_rc "$i" 1
-          # Told node 0 left, they rejoin; the store may be gone by their health check.
+          # Told node 0 left, they rejoin; the store may be gone by their health check, which
+          # names it "... on ADDR:PORT: ..." or, refused, "connect(ADDR:PORT): ...".
           expect_line "$i" "the lost store or node 0" \
-            "$store_re|lost node 0 |health check store failed on .* on ${addr//./\\.}:$port: "
+            "$store_re|lost node 0 |health check store failed on .*[ (]${addr//./\\.}:$port[:)]"
         done ;;
     esac
   fi

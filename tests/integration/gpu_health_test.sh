@@ -103,9 +103,15 @@ if [[ $summary != *"report failed another process's memory on a planned GPU: GPU
 fi
 [[ $ok -eq 0 ]] && pass "busy GPU 1 on b: '$line'; the third agent took its place"
 
-# (2) One node: the memory goes away while the check waits; the job runs.
+# (2) One node: the memory goes away while the check waits; the job runs. The memory goes once
+# the agent says it waits (a fixed delay raced a slow start: under ASan on a loaded machine the
+# check began after it, found nothing and did not wait).
 rc=0
-(sleep 1.5 && rm -f "$work/busy") &
+(for _ in $(seq $((LIMIT * 10))); do
+  grep -qs "gpus check: waiting up to" "$work/single.out" && break
+  sleep 0.1
+done
+sleep 0.5 && rm -f "$work/busy") &
 pids+=("$!")
 FAKE_NVML_BUSY="1:$foreign:$work/busy" timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --gpus_per_worker=1 \
   --health_gpu_memory_wait=30 --log_dir="$work/logs/single" --report="$work/single.json" \
