@@ -111,8 +111,8 @@ done
 # kernel hands out free ports as connections' ports too): the agents keep trying to serve the
 # store until the connection lets go, instead of all joining a store nobody serves.
 port=$(free_port)
-"$PYTHON" - "$port" "$work/held" <<'PY' &
-import socket, sys, time
+"$PYTHON" - "$port" "$work/held" "$work" <<'PY' &
+import os, socket, sys, time
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen(1)
@@ -120,7 +120,21 @@ held = socket.socket()
 held.bind(("127.0.0.1", int(sys.argv[1])))
 held.connect(server.getsockname())
 open(sys.argv[2], "w").write("held\n")
-time.sleep(2)
+# Held until an agent says it found it held (at most 60 s): a fixed 2 s ran out before a slow
+# (ASan, loaded) agent looked, which then found the port free and said nothing.
+outs = [os.path.join(sys.argv[3], f"held_{i}.out") for i in (0, 1)]
+deadline = time.monotonic() + 60
+def seen():
+    for out in outs:
+        try:
+            if b"nothing accepts connections there" in open(out, "rb").read():
+                return True
+        except OSError:
+            pass
+    return False
+while time.monotonic() < deadline and not seen():
+    time.sleep(0.1)
+time.sleep(0.5)
 held.close()
 server.close()
 PY

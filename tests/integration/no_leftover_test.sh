@@ -12,7 +12,8 @@ set -euo pipefail
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" no_leftover_test "$@"
 
-# check <name> <expected exit code> <seconds before SIGTERM, or 0> -- <dtrun args...>
+# check <name> <expected exit code> <seconds after the workers start before SIGTERM, or 0> --
+#   <dtrun args...>
 check() {
   local name=$1 want=$2 term=$3
   shift 4
@@ -25,6 +26,15 @@ if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) !
 out = open(os.path.join(os.environ["work"], name + ".out"), "wb")
 proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 if term > 0:
+    # SIGTERM once the workers run (dtrun handles it from its first lines; a fixed delay raced an
+    # ASan dtrun's start on a loaded machine, which the signal's default action then killed).
+    log = os.path.join(os.environ["work"], name + ".out")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(log, "rb") as f:
+            if b"attempt 0: started" in f.read():
+                break
+        time.sleep(0.05)
     time.sleep(term)
     proc.send_signal(signal.SIGTERM)
 rc = proc.wait(timeout=60)
