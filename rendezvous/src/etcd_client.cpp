@@ -128,6 +128,7 @@ class GatewayClient final : public EtcdClient {
       for (const auto& r : reply.at("responses")) {
         if (r.contains("response_range")) {
           result.gets.push_back(keyValues(r.at("response_range")));
+          result.counts.push_back(number(r.at("response_range"), "count"));
         }
       }
     }

@@ -160,8 +160,13 @@ json opJson(const EtcdOp& op) {
     }
     case EtcdOp::Type::kDelete:
       return {{"request_delete_range", rangeRequest(op.key, op.prefix)}};
-    case EtcdOp::Type::kGet:
-      return {{"request_range", rangeRequest(op.key, op.prefix)}};
+    case EtcdOp::Type::kGet: {
+      json range = rangeRequest(op.key, op.prefix);
+      if (op.countOnly) {
+        range["count_only"] = true;
+      }
+      return {{"request_range", range}};
+    }
   }
   return {};
 }

@@ -1,7 +1,7 @@
 // The Store interface over etcd: every key under the job's prefix; waits are watches from the
 // revision of the read that found the key missing (so nothing written in between is missed),
 // read-modify-writes are transactions guarded by the key's mod revision, queue items are keys
-// under "<queue>/" in create-revision order.
+// under "<queue>/" in create-revision order, tickets (and barriers) keys under "<key>/", counted.
 #include <algorithm>
 #include <atomic>
 #include <random>
@@ -84,6 +84,28 @@ class EtcdStore final : public Store {
       return std::to_string(result);
     }));
     return result;
+  }
+
+  // A key of its own under "<key>/" and, in the same transaction (etcd runs them one at a
+  // time), how many are there: no retries, one request, however many callers come at once.
+  Result<std::int64_t> takeTicket(std::string_view key) override {
+    const std::string dir = full(key) + "/";
+    EtcdOp count;
+    count.key = dir;
+    count.prefix = true;
+    count.countOnly = true;
+    DTRUN_ASSIGN_OR_RETURN(
+        auto txn, write({}, {putOf(dir + id_ + "-" + std::to_string(++pushes_), ""), count}, {}));
+    if (txn.counts.empty()) {
+      return Status::protocol("take_ticket(" + std::string(key) + ") on " + peer() +
+                              ": etcd's answer has no count");
+    }
+    return txn.counts.front();
+  }
+
+  Result<std::int64_t> ticketsTaken(std::string_view key) override {
+    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(full(key) + "/", 1, false, true));
+    return range.count;
   }
 
   Result<Bytes> compareSet(std::string_view key, std::string_view expected,
@@ -267,14 +289,12 @@ class EtcdStore final : public Store {
 
   Status barrier(std::string_view key, std::int64_t worldSize, milliseconds timeout) override {
     const auto deadline = Clock::now() + timeout;
-    DTRUN_TRY(add(key, 1).status());
-    const std::string name = full(key);
+    DTRUN_TRY(takeTicket(key).status());
+    const std::string dir = full(key) + "/";
     for (;;) {
-      DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(name, 1, false, false));
-      for (const auto& kv : range.kvs) {
-        if (kv.key == name && std::atoll(kv.value.c_str()) >= worldSize) {
-          return Status::ok();
-        }
+      DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(dir, 1, false, true));
+      if (range.count >= worldSize) {
+        return Status::ok();
       }
       const auto now = Clock::now();
       if (now >= deadline) {
@@ -283,7 +303,7 @@ class EtcdStore final : public Store {
                                std::to_string(timeout.count()) + "ms");
       }
       DTRUN_TRY(client_
-                    ->watch(name, false, range.revision + 1,
+                    ->watch(dir, true, range.revision + 1,
                             std::chrono::duration_cast<milliseconds>(deadline - now))
                     .status());
     }

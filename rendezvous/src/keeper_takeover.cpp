@@ -106,7 +106,7 @@ Status Keeper::resume(const detail::KeeperState& k) {
 }
 
 Status Keeper::restartGathering(const std::string& why) {
-  DTRUN_ASSIGN_OR_RETURN(auto slots, store_->add(keys_.arrivals(round_), 0));
+  DTRUN_ASSIGN_OR_RETURN(auto slots, store_->ticketsTaken(keys_.arrivals(round_)));
   AssignValue spare;
   spare.kind = AssignValue::Kind::kSpare;
   for (std::int64_t slot = 0; slot < slots; ++slot) {

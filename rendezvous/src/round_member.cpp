@@ -82,7 +82,7 @@ class StoreRoundMember final : public RoundMember {
     }
     int r = std::max(published, nextRound());
     for (;;) {
-      DTRUN_ASSIGN_OR_RETURN(auto slot, waiter_->add(keys_.arrivals(r), 1));
+      DTRUN_ASSIGN_OR_RETURN(auto slot, waiter_->takeTicket(keys_.arrivals(r)));
       const int mySlot = static_cast<int>(slot - 1);
       DTRUN_TRY(waiter_->queuePush(keys_.inbox(), message("join", r, mySlot, record_)));
       {

@@ -107,6 +107,8 @@ TEST_CASE("two late ranks are both named; a one-off pause is not", "[unit][live]
   CHECK(named[0].rank == 2);
   CHECK(named[1].rank == 6);
   CHECK_FALSE(rankOf(nodes, 3).straggler);
+  CHECK(rankOf(nodes, 3).lateSeconds.value_or(-1) == 0.0);  // late once: not a figure to show
+  CHECK(rankOf(nodes, 2).lateSeconds.value_or(0) == Approx(0.4).margin(0.01));
 }
 
 TEST_CASE("an incomplete job is not judged, and a node's late report still counts",

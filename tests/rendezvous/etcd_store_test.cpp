@@ -4,6 +4,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <vector>
@@ -315,6 +316,50 @@ TEST_CASE("etcd store: concurrent adds and compare-sets from 8 threads are exact
   CHECK(store->get("trail").value() == std::string(kThreads, 'x'));
 }
 
+TEST_CASE("etcd store: tickets from 8 threads are 1..200, each once, in one request each",
+          "[integration][rdzv][etcd]") {
+  // A round's arrivals over etcd: a shared counter cost every concurrent joiner a retry per
+  // joiner that came first (O(N^2) requests); a ticket is one transaction, never retried.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd, 30s);
+  constexpr int kThreads = 8;
+  constexpr int kTickets = 25;
+  std::mutex mutex;
+  std::vector<std::int64_t> taken;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      auto store = storeOf(client);
+      for (int i = 0; i < kTickets; ++i) {
+        const auto ticket = store->takeTicket("arrivals");
+        if (!ticket.isOk()) {
+          ++failures;
+          continue;
+        }
+        const std::lock_guard lock(mutex);
+        taken.push_back(ticket.value());
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  CHECK(failures == 0);
+  std::sort(taken.begin(), taken.end());
+  std::vector<std::int64_t> expected(kThreads * kTickets);
+  std::iota(expected.begin(), expected.end(), 1);
+  CHECK(taken == expected);
+  auto store = storeOf(client);
+  CHECK(store->ticketsTaken("arrivals").value() == kThreads * kTickets);
+  CHECK(store->ticketsTaken("nobody").value() == 0);
+  CHECK(store->takeTicket("nobody").value() == 1);
+}
+
 TEST_CASE("etcd store: multiSet and multiGet past one transaction (128 ops, 1.5 MiB)",
           "[integration][rdzv][etcd]") {
   if (skipWithoutEtcd()) {
@@ -438,6 +483,7 @@ TEST_CASE("etcd store: a fenced store writes nothing once its leader key is anot
   };
   CHECK(denied(store.set("state", "round=1")));
   CHECK(denied(store.add("n", 1).status()));
+  CHECK(denied(store.takeTicket("arrivals").status()));
   CHECK(denied(store.compareSet("state", "round=3", "closed").status()));
   CHECK(denied(store.append("state", "x")));
   CHECK(denied(store.queuePush("inbox", "m2")));

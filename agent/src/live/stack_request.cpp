@@ -154,7 +154,7 @@ void StackDumps::request(Done done) {
   storeThread_->post([this, prefix, nodes = facts.otherNodes, cancelled = cancelled_] {
     std::vector<NodeStacks> others;
     std::vector<std::string> notes;
-    const auto count = store_->add(prefix + "count", 1);
+    const auto count = store_->takeTicket(prefix + "count");
     const Status asked = count.isOk()
                              ? store_->set(prefix + "request", std::to_string(count.value()))
                              : count.status();

@@ -105,7 +105,10 @@ std::vector<Straggler> StragglerDetector::observe(std::vector<NodeStatus>& nodes
     for (RankStatus& r : n.ranks) {
       r.straggler = named_.contains(r.rank);
       if (!judgements_.empty()) {
-        r.lateSeconds = verdictOf(r.rank).lateSeconds;
+        // A rank late once (a slow start, a pause) shows 0, not that one lateness: the figure
+        // says how late a rank keeps the others waiting, only where it does.
+        const Straggler verdict = verdictOf(r.rank);
+        r.lateSeconds = r.straggler || verdict.lateCount >= needed_ ? verdict.lateSeconds : 0.0;
       }
     }
   }

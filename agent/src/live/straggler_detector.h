@@ -35,8 +35,9 @@ class StragglerDetector {
 
   // Takes in every node's ranks of one attempt (`nodes`, the whole job), judges each operation
   // all of its ranks have entered since the last call, and marks each rank's `straggler` and
-  // `lateSeconds`. Returns the ranks named in this call (each once until it recovers). A new
-  // round or attempt starts the judgement over.
+  // `lateSeconds` (0 for a rank late in fewer operations than would name it). Returns the ranks
+  // named in this call (each once until it recovers). A new round or attempt starts the judgement
+  // over.
   std::vector<Straggler> observe(std::vector<NodeStatus>& nodes);
   // The ranks named now, slowest first.
   [[nodiscard]] std::vector<Straggler> current() const;

@@ -15,14 +15,14 @@ std::string reportKey(const std::string& runId, std::int64_t slot) {
 Status sendNodeReport(const rdzv::StoreFactory& stores, const std::string& runId,
                       const std::string& report) {
   DTRUN_ASSIGN_OR_RETURN(auto client, stores());
-  DTRUN_ASSIGN_OR_RETURN(const std::int64_t slot, client->add(slotsKey(runId), 1));
+  DTRUN_ASSIGN_OR_RETURN(const std::int64_t slot, client->takeTicket(slotsKey(runId)));
   return client->set(reportKey(runId, slot), report);
 }
 
 Result<std::vector<std::string>> gatherNodeReports(const rdzv::StoreFactory& stores,
                                                    const std::string& runId) {
   DTRUN_ASSIGN_OR_RETURN(auto client, stores());
-  DTRUN_ASSIGN_OR_RETURN(const std::int64_t slots, client->add(slotsKey(runId), 0));
+  DTRUN_ASSIGN_OR_RETURN(const std::int64_t slots, client->ticketsTaken(slotsKey(runId)));
   std::vector<std::string> reports;
   for (std::int64_t slot = 1; slot <= slots; ++slot) {
     // A node that died between taking its slot and filling it left nothing there.

@@ -69,12 +69,14 @@ struct EtcdOp {
   bool prefix = false;  // kDelete, kGet: every key that starts with `key`
   std::string value;    // kPut
   std::int64_t lease = 0;
+  bool countOnly = false;  // kGet: only how many keys match (EtcdTxnResult::counts)
 };
 
 struct EtcdTxnResult {
   bool succeeded = false;
   std::int64_t revision = 0;                    // the store's revision after the transaction
   std::vector<std::vector<EtcdKeyValue>> gets;  // one entry per kGet of the branch that ran
+  std::vector<std::int64_t> counts;             // and how many keys each matched
 };
 
 struct EtcdRange {

@@ -118,6 +118,12 @@ class Store {
                                                   std::chrono::milliseconds timeout) = 0;
   virtual Result<std::int64_t> queueLen(std::string_view key) = 0;
   virtual Result<std::vector<Bytes>> listKeys() = 0;
+  // A number no other caller of takeTicket(key) gets: 1, 2, 3... in the order the callers came,
+  // and how many were taken so far. By default add(key, 1) and add(key, 0); a store where one
+  // counter that every caller adds to is contended (etcd: a read and a guarded write, again for
+  // every caller that came first) hands them out in one request each.
+  virtual Result<std::int64_t> takeTicket(std::string_view key) { return add(key, 1); }
+  virtual Result<std::int64_t> ticketsTaken(std::string_view key) { return add(key, 0); }
   // Counts this caller in at `key` and returns once `worldSize` callers have arrived.
   virtual Status barrier(std::string_view key, std::int64_t worldSize,
                          std::chrono::milliseconds timeout) = 0;
