@@ -70,9 +70,15 @@ void Keeper::reportGathering(Clock::time_point now) {
     return;
   }
   lastStatus_ = now;
+  // A few names say who is there; thousands would make the line (and a timeout's error, which
+  // quotes it) unreadable.
+  constexpr std::size_t kNamed = 8;
   std::string names;
-  for (const auto& a : arrived_) {
-    names += (names.empty() ? "" : ", ") + a.record.host;
+  for (std::size_t i = 0; i < std::min(arrived_.size(), kNamed); ++i) {
+    names += (names.empty() ? "" : ", ") + arrived_[i].record.host;
+  }
+  if (arrived_.size() > kNamed) {
+    names += " and " + std::to_string(arrived_.size() - kNamed) + " more";
   }
   const int need = std::max(settings_.minNodes, std::min(expected_, settings_.maxNodes));
   const std::string line = "round " + std::to_string(round_) + ": waiting for " +
