@@ -57,6 +57,26 @@ Result<std::pair<UniqueFd, UniqueFd>> makePipe() {
   return std::pair<UniqueFd, UniqueFd>{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
+// What rank `w`'s environment says of its place (the spawn's variables and the record).
+WorkerPlacement environmentOf(const AgentConfig& config, const Worker& w,
+                              const GroupPlacement& placement) {
+  WorkerPlacement env;
+  env.localRank = w.localRank;
+  env.rank = w.rank;
+  env.worldSize = placement.worldSize;
+  env.groupRank = placement.groupRank;
+  env.groupWorldSize = placement.groupWorldSize;
+  env.restartCount = placement.restartCount;
+  env.masterAddr = placement.masterAddr.empty() ? config.masterAddr : placement.masterAddr;
+  env.masterPort = placement.masterPort;
+  if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
+    env.errorFile = (w.dir / "error.json").string();
+    env.logDir = w.dir.string();
+    env.progressFile = (w.dir / "progress").string();
+  }
+  return env;
+}
+
 }  // namespace
 
 WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
@@ -138,7 +158,7 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
     // Once every worker was started, not between two starts: the records (two files each)
     // took a quarter of a 16-worker launch there.
     std::ofstream record(w.dir / "environment", std::ios::trunc);
-    record << environmentRecord(config_, environmentOf(w, placement));
+    record << environmentRecord(config_, environmentOf(config_, w, placement));
     record.close();
     writeWorkerPid(w.dir, w.child->pid());
     if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
@@ -172,7 +192,7 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   outPipe = std::move(out.first);
   errPipe = std::move(err.first);
 
-  const WorkerPlacement env = environmentOf(w, placement);
+  const WorkerPlacement env = environmentOf(config_, w, placement);
   SpawnRequest request;
   request.path = config_.executable.empty() ? config_.command.at(0) : config_.executable;
   request.argv = substituteLocalRank(config_.command, w.localRank);
@@ -187,24 +207,6 @@ Status WorkerGroup::startWorker(Worker& w, const GroupPlacement& placement, Uniq
   DTRUN_ASSIGN_OR_RETURN(auto child, ChildProcess::start(request));
   w.child.emplace(std::move(child));
   return Status::ok();
-}
-
-WorkerPlacement WorkerGroup::environmentOf(const Worker& w, const GroupPlacement& placement) const {
-  WorkerPlacement env;
-  env.localRank = w.localRank;
-  env.rank = w.rank;
-  env.worldSize = placement.worldSize;
-  env.groupRank = placement.groupRank;
-  env.groupWorldSize = placement.groupWorldSize;
-  env.restartCount = placement.restartCount;
-  env.masterAddr = placement.masterAddr.empty() ? config_.masterAddr : placement.masterAddr;
-  env.masterPort = placement.masterPort;
-  if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
-    env.errorFile = (w.dir / "error.json").string();
-    env.logDir = w.dir.string();
-    env.progressFile = (w.dir / "progress").string();
-  }
-  return env;
 }
 
 void WorkerGroup::watch(Worker& w, UniqueFd outPipe, UniqueFd errPipe, UniqueFd outLog,

@@ -116,9 +116,6 @@ class WorkerGroup {
   void noticeStops();
 
  private:
-  // What rank `w`'s environment says of its place (the spawn's variables and the record).
-  [[nodiscard]] WorkerPlacement environmentOf(const Worker& w,
-                                              const GroupPlacement& placement) const;
   Status startWorker(Worker& w, const GroupPlacement& placement, UniqueFd& outPipe,
                      UniqueFd& errPipe);
   void watch(Worker& w, UniqueFd outPipe, UniqueFd errPipe, UniqueFd outLog, UniqueFd errLog);
