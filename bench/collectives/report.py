@@ -3,7 +3,10 @@
 gnuplot data files (one per implementation and rank count: busbw vs size). Each measurement is
 the median over the run's repeats of each repeat's median. Standard library only.
 
-  report.py RESULTS_FILE OUT_DIR [SWEEP_FILE]
+  report.py RESULTS_FILE OUT_DIR [SWEEP_FILE [MEMCPY_FILE]]
+
+MEMCPY_FILE holds memcpy_bw's lines ("memcpy bytes=N GBps=X", before and after the run): every
+bandwidth is then also given as a fraction of their mean, this machine's one-core copy rate.
 """
 import statistics
 import sys
@@ -73,6 +76,32 @@ def main_table(rows):
           "algbw x 2(n-1)/n for all_reduce, bytes/time for sendrecv_bw; 'X vs torch' = "
           "torch-gloo time / X time: busbw and bandwidth ratios, > 1 means X is faster; for "
           "latency, its inverse is X's latency as a fraction of torch-gloo's)")
+
+
+def copy_fraction_table(rows, memcpy_file):
+    """Each implementation's bandwidth (busbw; bytes/time for send/recv) at the sizes of 1 MiB and
+    more, as a fraction of one core's memcpy rate measured in the same run."""
+    rates = [float(dict(item.split("=", 1) for item in line.split()[1:])["GBps"])
+             for line in open(memcpy_file, encoding="utf-8") if line.startswith("memcpy ")]
+    if not rates:
+        return
+    copy = statistics.mean(rates)
+    impls = [i for i in IMPLS if any(i in r for r in rows.values())]
+    print()
+    print(f"as a fraction of this machine's memory copy ({copy:.2f} GB/s: one core, 64 MiB, "
+          f"mean of {len(rates)} measurements in this run)")
+    head = f"{'op':<13} {'size':>8} {'n':>2} |" + "".join(f" {impl:>11}" for impl in impls)
+    print(head)
+    print("-" * len(head))
+    for key in sorted(rows, key=lambda k: (k[0], k[2], k[1])):
+        op, nbytes, n = key
+        if op not in ("all_reduce", "sendrecv_bw") or nbytes < (1 << 20):
+            continue
+        line = f"{op:<13} {human(nbytes):>8} {n:>2} |"
+        for impl in impls:
+            f = rows[key].get(impl)
+            line += f" {f['busbw'] / copy:>11.2f}" if f else f" {'n/a':>11}"
+        print(line)
 
 
 def sweep_row(transport, n, nbytes, times, algos):
@@ -168,6 +197,8 @@ def main():
     results_file, out_dir = sys.argv[1], sys.argv[2]
     rows = load(results_file)
     main_table(rows)
+    if len(sys.argv) > 4:
+        copy_fraction_table(rows, sys.argv[4])
     if len(sys.argv) > 3:
         sweep = load(sys.argv[3])
         if sweep:

@@ -8,7 +8,7 @@
 # latency and bandwidth; then (SWEEP=1) the all_reduce and all_gather algorithm sweeps that set
 # the tcp backend's thresholds; writes a PNG of all_reduce busbw vs size. Asserts nothing.
 #   bench/collectives/run.sh [DTRUN] [COLLECTIVES_BENCH]      (builds nothing: ninja -C build
-#                                                              dtrun collectives_bench first)
+#                                                              dtrun collectives_bench memcpy_bw)
 # Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
 # SWEEP=1 (SWEEP_MAX_BYTES=16777216, SWEEP_TRANSPORTS="shm tcp", SWEEP_OP=all_reduce|all_gather: one only), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
 # OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>,
@@ -46,6 +46,12 @@ one() {
   grep '^result ' "$log" >>"$into" 2>/dev/null || true
 }
 echo "run.sh: load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min), $(nproc) cores" | tee "$OUT/load.txt" >&2
+# One core's memory-copy bandwidth (64 MiB, DRAM), before and after: the physical limit of ranks on
+# one host, against which report.py states every bandwidth.
+MEMCPY=$(dirname "$BENCH")/memcpy_bw
+[[ -x $MEMCPY ]] || { echo "run.sh: no memcpy_bw at $MEMCPY (ninja -C build memcpy_bw)" >&2; exit 1; }
+memcpy=$OUT/memcpy.txt
+"$MEMCPY" >"$memcpy"
 for rep in $(seq 1 "$REPEATS"); do
   for n in $NPROCS; do
     for impl in $IMPLS; do
@@ -78,8 +84,9 @@ for rep in $(seq 1 "$REPEATS"); do
   done
 done
 echo "run.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt" >&2
+"$MEMCPY" >>"$memcpy"
 
-python3 "$root/bench/collectives/report.py" "$results" "$OUT" "$sweep"
+python3 "$root/bench/collectives/report.py" "$results" "$OUT" "$sweep" "$memcpy"
 if command -v gnuplot >/dev/null; then
   gnuplot -e "dir='$OUT'" "$root/bench/collectives/plot.gp" && echo "plot: $OUT/allreduce_busbw.png"
   # As the other benchmarks do: the repository's plot is redrawn (PLOT=FILE elsewhere, PLOT= not).
