@@ -20,7 +20,9 @@ timer=$build/bench/launch/launch_timer
 floor=$build/bench/launch/launch_floor
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/launch_floor.XXXXXX")
-cleanup() { [[ -n ${KEEP:-} ]] && echo "run_floor.sh: kept $work" >&2 || rm -rf "$work"; }
+cleanup() {
+  if [[ -n ${KEEP:-} ]]; then echo "run_floor.sh: kept $work" >&2; else rm -rf "$work"; fi
+}
 trap cleanup EXIT
 
 run=0

@@ -34,7 +34,7 @@ agents=()
 cleanup() {
   local pid
   for pid in "${agents[@]}"; do stop_pid "$pid" 5; done
-  [[ -n ${KEEP:-} ]] && echo "run_restart.sh: kept $work" >&2 || rm -rf "$work"
+  if [[ -n ${KEEP:-} ]]; then echo "run_restart.sh: kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 free_port() {
