@@ -23,14 +23,14 @@ int main(int argc, char** argv) {
     } else if (flag == "--repeats") {
       repeats = std::atoi(argv[i + 1]);
     } else {
-      std::fprintf(stderr,
-                   "memcpy_bw: unknown flag %s (usage: memcpy_bw [--bytes N] [--repeats R])\n",
-                   argv[i]);
+      (void)std::fprintf(
+          stderr, "memcpy_bw: unknown flag %s (usage: memcpy_bw [--bytes N] [--repeats R])\n",
+          argv[i]);
       return 2;
     }
   }
   if (bytes == 0 || repeats < 1) {
-    std::fprintf(stderr, "memcpy_bw: --bytes and --repeats must be positive\n");
+    (void)std::fprintf(stderr, "memcpy_bw: --bytes and --repeats must be positive\n");
     return 2;
   }
   // Touched first: page faults are not copies.
