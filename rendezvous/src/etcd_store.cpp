@@ -104,7 +104,7 @@ class EtcdStore final : public Store {
   }
 
   Result<std::int64_t> ticketsTaken(std::string_view key) override {
-    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(full(key) + "/", 1, false, true));
+    DTRUN_ASSIGN_OR_RETURN(auto range, countUnder(key));
     return range.count;
   }
 
@@ -273,7 +273,7 @@ class EtcdStore final : public Store {
   }
 
   Result<std::int64_t> queueLen(std::string_view key) override {
-    DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(full(key) + "/", 1, false, true));
+    DTRUN_ASSIGN_OR_RETURN(auto range, countUnder(key));
     return range.count;
   }
 
@@ -292,7 +292,7 @@ class EtcdStore final : public Store {
     DTRUN_TRY(takeTicket(key).status());
     const std::string dir = full(key) + "/";
     for (;;) {
-      DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(dir, 1, false, true));
+      DTRUN_ASSIGN_OR_RETURN(auto range, countUnder(key));
       if (range.count >= worldSize) {
         return Status::ok();
       }
@@ -330,6 +330,10 @@ class EtcdStore final : public Store {
     return start == std::string::npos
                ? std::string()
                : "dtrun/" + prefix.substr(start + 1, prefix.size() - start - 1);
+  }
+  // How many keys there are under "<key>/" (a queue's items, tickets), and the revision read at.
+  Result<EtcdRange> countUnder(std::string_view key) {
+    return client_->getPrefix(full(key) + "/", 1, false, true);
   }
   // Reads of keys[at, at + kTxnOps): one transaction's worth.
   [[nodiscard]] std::vector<EtcdOp> getsOf(std::span<const std::string> keys,

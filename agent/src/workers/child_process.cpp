@@ -99,8 +99,6 @@ struct Placement {
   }
 };
 
-int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-
 int pidfdSendSignal(int pidfd, int signal) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, signal, nullptr, 0));
 }
@@ -210,6 +208,8 @@ std::vector<char*> pointers(const std::vector<std::string>& strings) {
 }
 
 }  // namespace
+
+int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 std::string signalName(int signal) {
   static constexpr std::array<std::pair<int, const char*>, 21> kNames = {{

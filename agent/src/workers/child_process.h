@@ -91,6 +91,9 @@ class ChildProcess {
   bool reaped_ = false;
 };
 
+// A pidfd for `pid` (readable once it exited), or -1 with errno.
+int pidfdOpen(pid_t pid);
+
 // Whether `pid` is a child that a live ChildProcess owns and has not reaped yet. Thread-safe.
 bool isOwnedChild(pid_t pid);
 

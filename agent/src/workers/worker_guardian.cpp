@@ -15,13 +15,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "fd_io.h"
 #include "helper_children.h"
 #include "log.h"
+#include "workers/child_process.h"
 
 namespace dtrun::agent::detail {
 namespace {
@@ -187,12 +187,10 @@ void stopWorkerGuardian() {
   // It exits as soon as it reads EOF: its exit is waited for on a pidfd (a second at most; a
   // poll every 10 ms added 10 ms to most runs' end), then it is reaped here (or, if it died
   // early, already by the agent's orphan reaping: then pidfd_open or waitpid fails at once).
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, guardianPid, 0));
-  if (pidfd >= 0) {
-    pollfd exited{pidfd, POLLIN, 0};
+  if (const UniqueFd pidfd(pidfdOpen(guardianPid)); pidfd.valid()) {
+    pollfd exited{pidfd.get(), POLLIN, 0};
     while (::poll(&exited, 1, 1000) < 0 && errno == EINTR) {
     }
-    ::close(pidfd);
   }
   int status = 0;
   while (::waitpid(guardianPid, &status, WNOHANG) < 0 && errno == EINTR) {
