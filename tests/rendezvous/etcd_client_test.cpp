@@ -110,8 +110,11 @@ class NotFoundServer {
     const std::string reply =
         "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n"
         "Connection: close\r\n\r\nnot found";
-    if (::write(conn, reply.data(), reply.size()) == static_cast<ssize_t>(reply.size())) {
-      ++answered_;
+    // Counted before the write: once the reply is out the client may move on and check the count
+    // before this thread runs again.
+    ++answered_;
+    if (::write(conn, reply.data(), reply.size()) != static_cast<ssize_t>(reply.size())) {
+      --answered_;
     }
   }
 
