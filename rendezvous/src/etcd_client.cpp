@@ -22,6 +22,7 @@ using detail::compareJson;
 using detail::EtcdHttp;
 using detail::etcdMessage;
 using detail::headerRevision;
+using detail::isEtcdError;
 using detail::keyValue;
 using detail::keyValues;
 using detail::number;
@@ -168,7 +169,9 @@ class GatewayClient final : public EtcdClient {
   }
 
   Status revokeLease(std::int64_t lease) override {
-    return call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}).status();
+    auto s = call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}).status();
+    // Expired while this agent was paused or cut off: gone already, as a revoke would leave it.
+    return s.code() == Errc::kNotFound ? Status::ok() : s;
   }
 
   Result<std::vector<EtcdEvent>> watch(std::string_view key, bool prefix, std::int64_t fromRevision,
@@ -294,12 +297,15 @@ class GatewayClient final : public EtcdClient {
         // of the time, so that the others are asked before the whole request times out.
         const auto tryUntil = std::min(deadline, Clock::now() + perTryWait());
         auto reply = http_->post(endpoint, path, body, auth, tryUntil);
-        if (reply.isOk() && reply.value().status == kNotFound && servedEtcd_[at].load()) {
+        // A 404 in etcd's own words (a lease not found) is an answer like any refusal.
+        const bool noApi =
+            reply.isOk() && reply.value().status == kNotFound && !isEtcdError(reply.value().body);
+        if (noApi && servedEtcd_[at].load()) {
           // It served etcd's API before: an etcd resuming (after a pause, before its gRPC side
           // is back) answers 404 for a moment. Waited for, as any member that cannot serve now.
           why[at] = notEtcdAnswer(endpoint, path) + ", though it served etcd before";
           unreachable = false;
-        } else if (reply.isOk() && reply.value().status == kNotFound) {
+        } else if (noApi) {
           // Not etcd's gateway: a member that is gone may have left its port to another server.
           // Only when no endpoint serves etcd is that the answer.
           why[at] = notEtcdAnswer(endpoint, path);
@@ -384,6 +390,12 @@ class GatewayClient final : public EtcdClient {
   // etcd's answer when it is not one a moment's wait can change.
   [[nodiscard]] Status refused(const std::string& endpoint, std::string_view path,
                                const std::string& message) const {
+    if (message.find("requested lease not found") != std::string::npos) {
+      return Status::error(Errc::kNotFound, "etcd at " + endpoint + ": " + std::string(path) +
+                                                ": " + message +
+                                                " (the lease expired: its agent was silent for "
+                                                "longer than --rdzv_conf lease_ttl)");
+    }
     if (message.find("user name is empty") != std::string::npos) {
       return Status::error(Errc::kDenied, "etcd at " + endpoint +
                                               " requires a user and password (set --rdzv_conf "

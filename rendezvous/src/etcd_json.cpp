@@ -189,4 +189,14 @@ std::string etcdMessage(const std::string& body) {
   return body.substr(0, 200);
 }
 
+bool isEtcdError(const std::string& body) {
+  try {
+    const json j = json::parse(body);
+    return j.is_object() && j.contains("code") && j.at("code").is_number_integer() &&
+           (j.contains("message") || j.contains("error"));
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
 }  // namespace dtrun::rdzv::detail

@@ -34,4 +34,9 @@ nlohmann::json opJson(const EtcdOp& op);
 // etcd's own words for a failed call: {"error": "...", "code": N, "message": "..."}.
 std::string etcdMessage(const std::string& body);
 
+// True when the body is such an answer of etcd's gateway: a gRPC status carried over HTTP. It
+// maps NOT_FOUND (a lease that expired) to HTTP 404, which is then etcd's answer, not a server
+// without etcd's API.
+bool isEtcdError(const std::string& body);
+
 }  // namespace dtrun::rdzv::detail

@@ -50,7 +50,7 @@ class EtcdAgentPresence final : public EtcdPresence {
 
   Status start() {
     DTRUN_ASSIGN_OR_RETURN(lease_, client_->grantLease(ttl_));
-    DTRUN_TRY(client_->put(aliveDir_ + agentId_, agentId_, lease_).status());
+    DTRUN_ASSIGN_OR_RETURN(aliveRevision_, client_->put(aliveDir_ + agentId_, agentId_, lease_));
     std::int64_t fromRevision = 0;
     DTRUN_ASSIGN_OR_RETURN(const bool won, claim(fromRevision));
     leads_ = won;
@@ -60,7 +60,13 @@ class EtcdAgentPresence final : public EtcdPresence {
   }
 
   [[nodiscard]] StoreFactory stores() const override {
-    return [client = client_, prefix = prefix_] { return makeEtcdStore(client, prefix); };
+    // Fenced on this agent's liveness key: once its lease expired (paused, cut off) and the job
+    // went on without it, it writes nothing more into the job (a stray message would outlive it).
+    return [client = client_, prefix = prefix_,
+            fence = EtcdFence{aliveDir_ + agentId_, aliveRevision_,
+                              "this agent's etcd lease expired: the job dropped it"}] {
+      return makeEtcdStore(client, prefix, fence);
+    };
   }
 
   [[nodiscard]] bool leads() const override { return leads_.load(); }
@@ -247,9 +253,11 @@ class EtcdAgentPresence final : public EtcdPresence {
     return ids;
   }
 
-  // While this agent leads: every liveness key that vanishes is an agent gone.
+  // While this agent leads: every liveness key that vanishes is an agent gone. Told through a
+  // store fenced as the keeper's: a deposed keeper (paused, cut off) reports nobody, or its
+  // reports would outlive the job in its inbox.
   void watchLiveness() {
-    auto store = makeEtcdStore(client_, prefix_);
+    auto store = makeEtcdStore(client_, prefix_, EtcdFence{leaderKey_, leaderRevision_});
     if (!store.isOk()) {
       log::rdzv().error("job '{}': watching the agents' leases: {}", jobId_,
                         store.status().message());
@@ -278,7 +286,13 @@ class EtcdAgentPresence final : public EtcdPresence {
         }
         const auto id = e.kv.key.substr(aliveDir_.size());
         const std::string why = "its etcd lease ended (the agent exited or its node is lost)";
-        if (auto s = reportLost(*store.value(), jobId_, id, why); !s.isOk()) {
+        const auto s = reportLost(*store.value(), jobId_, id, why);
+        if (s.code() == Errc::kDenied) {
+          log::rdzv().info("job '{}': not watching the agents' leases any more: {}", jobId_,
+                           s.message());
+          return;
+        }
+        if (!s.isOk()) {
           log::rdzv().warn("job '{}': telling the keeper that {} is gone: {}", jobId_, id,
                            s.message());
         }
@@ -301,6 +315,8 @@ class EtcdAgentPresence final : public EtcdPresence {
   std::string leaderKey_;
   std::int64_t lease_ = 0;
   std::int64_t leaderRevision_ = 0;  // the create revision of the leader key this agent made
+  std::int64_t aliveRevision_ =
+      0;  // the create revision of its liveness key (a new key: the put's)
   std::atomic<bool> leads_{false};
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -446,7 +446,7 @@ class EtcdStore final : public Store {
     const auto& leader = txn.gets.back();
     if (leader.empty() || leader.front().createRevision != fence_->createRevision) {
       return Status::error(Errc::kDenied,
-                           "this agent no longer leads (" + fence_->key + " is " +
+                           fence_->lost + " (" + fence_->key + " is " +
                                (leader.empty() ? std::string("gone") : "another's now") +
                                "): its write was not made");
     }

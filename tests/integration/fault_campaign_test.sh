@@ -14,9 +14,15 @@
 #                    loopback or netns
 #   FAULT_BOUND=T    seconds a run may last (default 40, 90 for a sanitizer build)
 #   FAULT_KINDS=K,.. draw only these faults (names below; default: all that the hosts allow)
+#   FAULT_BACKENDS=B,.. draw the rendezvous from these: static, c10d (dtrun's store on node 0)
+#                    and etcd (one etcd member of the campaign's own: on loopback, or for netns
+#                    runs in the namespace the hosts' links meet in); default: all three, etcd
+#                    where etcd-server is installed
 #
 # Faults and the outcome each must have (nodes 0..2; node 0's agent hosts the store; "min" is
-# the job's minimum node count: 3 for static rendezvous, 2 or 3 for c10d 2:3 / 3:3):
+# the job's minimum node count: 3 for static rendezvous, 2 or 3 for c10d or etcd 2:3 / 3:3).
+# With etcd no agent hosts the store: the host-* faults are drawn with static or c10d only, and
+# agent-kill, agent-term and agent-pause may hit node 0 too (the keeper is whichever agent leads).
 #   worker-restart  a worker dies of a random signal (KILL TERM SEGV ABRT HUP USR1), restarts
 #                   left: every agent exits 0, the victim's agent names its rank and pid, the
 #                   job's next round is attempt 1 everywhere and its workers see
@@ -53,6 +59,11 @@
 #                   (96 kbit/s, 50 ms of queue: 30 KB take 2.8 s, 2 of 3 packets are dropped and
 #                   sent again) for 3 s, then a worker dies as in worker-restart: as
 #                   worker-restart, and no node is judged lost.
+# With etcd (FAULT_BACKENDS): the same outcomes, save that any node may be the victim of
+#   agent-kill, agent-term, agent-pause, link-down and one-way (none hosts the store), a lost
+#   node is named as "lost: no heartbeat", "lost: its etcd lease ended" or "lost, with the job's
+#   keeper" (it ran the keeper: a successor took over), and a node cut off or paused past its
+#   lease exits 1 naming etcd ("lost etcd at ADDR:PORT"), writing nothing into the job.
 # Checks after every run, whatever the fault:
 #   - every agent ended within the run's bound (else: a dump of who was still running and what
 #     each was waiting for, then kill -9);
@@ -60,11 +71,13 @@
 #   - no process of the job is left: every agent gets a marker variable, inherited by its
 #     workers and theirs; /proc/*/environ is scanned for it (by PID). After SIGKILL of an agent
 #     its workers die with it (PR_SET_PDEATHSIG) and their own children by its guardian process;
-#   - no port of the job stays bound (loopback: the store's port; netns: any listening socket
-#     in the hosts' namespaces), and no worker inherited a socket from its agent;
+#   - no port of the job stays bound (loopback: the store's port, with etcd the workers' store's;
+#     netns: any listening socket in the hosts' namespaces), and no worker inherited a socket
+#     from its agent;
 #   - the store's counters agree: every agent's rounds (number, nodes, world size, attempt)
 #     match the keeper's log, workers' TORCHELASTIC_RESTART_COUNT, GROUP_WORLD_SIZE and
-#     WORLD_SIZE match their agent's round, world size = the sum of the round's nproc.
+#     WORLD_SIZE match their agent's round, world size = the sum of the round's nproc;
+#   - with etcd: no key of the job is left in etcd (within 4 s: leases of killed agents lapse).
 # Safety: loopback, or namespaces of our own on 10.216.X.0/24 (prefix "dflt") behind a
 # blackhole route; every process is stopped by its PID; everything is removed on exit.
 set -uo pipefail
@@ -92,6 +105,21 @@ for k in ${KINDS//,/ }; do
   [[ " ${all_kinds[*]} " == *" $k "* ]] ||
     { echo "fault_campaign: FAULT_KINDS: unknown fault '$k' (known: ${all_kinds[*]})" >&2; exit 2; }
 done
+all_backends=(static c10d)
+command -v etcd >/dev/null && command -v etcdctl >/dev/null && all_backends+=(etcd)
+BACKENDS=${FAULT_BACKENDS:-$(IFS=,; echo "${all_backends[*]}")}
+for b in ${BACKENDS//,/ }; do
+  [[ " static c10d etcd " == *" $b "* ]] ||
+    { echo "fault_campaign: FAULT_BACKENDS: unknown backend '$b' (known: static, c10d, etcd)" >&2; exit 2; }
+  [[ " ${all_backends[*]} " == *" $b "* ]] ||
+    { echo "fault_campaign: FAULT_BACKENDS=etcd needs etcd and etcdctl (scripts/setup.sh installs them)" >&2; exit 2; }
+done
+store_backends=0  # static or c10d drawn: the host-* faults (node 0 hosts the store) can be
+[[ ,$BACKENDS, != *,static,* && ,$BACKENDS, != *,c10d,* ]] || store_backends=1
+if [[ $store_backends -eq 0 && -z $(tr ',' '\n' <<<"$KINDS" | grep -v '^host-') ]]; then
+  echo "fault_campaign: the host-* faults need a store on node 0: FAULT_BACKENDS static or c10d" >&2
+  exit 2
+fi
 case $NET in auto | loopback | netns) ;; *)
   echo "fault_campaign: FAULT_NET must be auto, loopback or netns, got '$NET'" >&2
   exit 2 ;;
@@ -109,11 +137,14 @@ sw=$tag-sw
 made=()
 route_added=0
 agent_pids=()
-stop_ours() {  # the agents, whatever carries our mark, then the namespaces and the route
+etcd_pids=()
+stop_ours() {  # the agents, whatever carries our mark, etcd, then the namespaces and the route
   local p ns
   for p in "${agent_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   for p in "${agent_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for p in $(marked_pids "fault-$SEED-$$-"); do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${etcd_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${etcd_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
   [[ $route_added -eq 0 ]] || ip route del blackhole "$subnet.0/24" 2>/dev/null || true
 }
@@ -163,6 +194,46 @@ if [[ $NET != loopback ]]; then
 fi
 [[ $netns -eq 1 ]] && nets="loopback, netns ($subnet.0/24)" || nets="loopback (no network namespaces here)"
 
+# ---- etcd: one member on loopback, one in the switch's namespace (reached over the links) ----
+# start_etcd <name> <client addr:port> <peer addr:port> [nsenter ...]: returns once it answers.
+start_etcd() {
+  local name=$1 client=$2 peer=$3
+  shift 3
+  "$@" etcd --name "$name" --data-dir "$work/etcd-$name" --logger zap --log-level error \
+    --listen-client-urls "http://$client" --advertise-client-urls "http://$client" \
+    --listen-peer-urls "http://$peer" --initial-advertise-peer-urls "http://$peer" \
+    --initial-cluster "$name=http://$peer" --initial-cluster-state new \
+    --heartbeat-interval 50 --election-timeout 500 >"$work/etcd-$name.log" 2>&1 &
+  etcd_pids+=("$!")
+  local until=$((SECONDS + 20))
+  until "$@" env ETCDCTL_API=3 etcdctl --endpoints="$client" --dial-timeout=1s endpoint health \
+    >/dev/null 2>&1; do
+    if ((SECONDS >= until)); then
+      tail -n 5 "$work/etcd-$name.log" >&2
+      echo "fault_campaign: FAIL: etcd ($name, $client) did not answer within 20 s" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+# etcd_keys <endpoint> <prefix> [nsenter ...]: the keys etcd holds under the prefix, one a line
+etcd_keys() {
+  local ep=$1 prefix=$2
+  shift 2
+  "$@" env ETCDCTL_API=3 etcdctl --endpoints="$ep" --dial-timeout=2s get --prefix "$prefix" \
+    --keys-only 2>/dev/null | grep . || true
+}
+etcd_loopback="" etcd_netns=""
+if [[ ,$BACKENDS, == *,etcd,* ]]; then
+  etcd_loopback=127.0.0.1:$(free_port)
+  start_etcd loopback "$etcd_loopback" "127.0.0.1:$(free_port)"
+  if [[ $netns -eq 1 ]]; then
+    ip -n "$sw" addr add "$subnet.1/24" dev br0
+    etcd_netns=$subnet.1:2379
+    start_etcd netns "$etcd_netns" 127.0.0.1:2380 nsenter --net="/run/netns/$sw" --
+  fi
+fi
+
 # An agent's output without its start-up banner (the launch configs, the OMP notice).
 without_banner() { awk '/launch configs:/ { skip = 1; next } /^\[/ { skip = 0 } !skip && !/^\*+$|OMP_NUM/'; }
 
@@ -202,6 +273,7 @@ run_one() {
   local kinds=() k
   for k in "${all_kinds[@]}"; do
     [[ ,$KINDS, == *,$k,* ]] || continue
+    [[ $k != host-* || $store_backends -eq 1 ]] || continue
     [[ $netns_kinds != *" $k "* ]] && kinds+=("$k") || { [[ $net != netns ]] || kinds+=("$k"); }
   done
   if [[ ${#kinds[@]} -eq 0 ]]; then  # FAULT_KINDS of netns kinds only: every run in netns
@@ -214,15 +286,23 @@ run_one() {
   # in namespaces where the kind needs them; then by chance.
   local every=()
   for k in "${all_kinds[@]}"; do
+    [[ $k != host-* || $store_backends -eq 1 ]] || continue
     [[ $netns -eq 1 || $netns_kinds != *" $k "* ]] && every+=("$k")
   done
   if [[ -z ${FAULT_KINDS:-} && $idx -lt ${#every[@]} ]]; then
     kind=${every[idx]}
     [[ $netns_kinds != *" $kind "* ]] || net=netns
   fi
-  pick static c10d && backend=$picked
+  local backends=() b
+  for b in ${BACKENDS//,/ }; do [[ $b == etcd && $kind == host-* ]] || backends+=("$b"); done
+  pick "${backends[@]}" && backend=$picked
+  # ... and the backends in turn, so that the short form meets each of them too.
+  [[ -n ${FAULT_KINDS:-} || $idx -ge ${#every[@]} ]] || backend=${backends[idx % ${#backends[@]}]}
   min=3
-  [[ $backend == c10d ]] && pick 2 3 && min=$picked
+  [[ $backend == static ]] || { pick 2 3 && min=$picked; }
+  # With etcd no agent hosts the store: node 0 is a victim like the others.
+  local first=1
+  [[ $backend != etcd ]] || first=0
   local nproc=() i
   for i in 0 1 2; do roll 2 && nproc[i]=$((rolled + 1)); done
   roll 1500 && delay_ms=$rolled
@@ -233,12 +313,13 @@ run_one() {
     host-pause) roll 3 && victim=$rolled  # the worker killed after the pause
       roll "${nproc[victim]}" && local_rank=$rolled
       signal=KILL ;;
-    agent-kill) roll 2 && victim=$((rolled + 1)) && signal=KILL ;;
-    agent-term) roll 2 && victim=$((rolled + 1)) && pick TERM INT HUP QUIT && signal=$picked ;;
+    agent-kill) roll $((3 - first)) && victim=$((rolled + first)) && signal=KILL ;;
+    agent-term) roll $((3 - first)) && victim=$((rolled + first)) && pick TERM INT HUP QUIT &&
+      signal=$picked ;;
     host-kill) victim=0; signal=KILL ;;
     host-term) victim=0; pick TERM INT HUP QUIT && signal=$picked ;;
     link-down | one-way) roll 3 && victim=$rolled ;;
-    agent-pause) roll 2 && victim=$((rolled + 1)) ;;
+    agent-pause) roll $((3 - first)) && victim=$((rolled + first)) ;;
   esac
   local restarts=0
   [[ $kind != worker-restart ]] || { roll 2 && restarts=$((rolled + 1)); }
@@ -263,13 +344,23 @@ run_one() {
   local rdzv=()
   if [[ $backend == static ]]; then
     rdzv=(--nnodes=3 --master_addr="$addr" --master_port="$port")
-  else
+  elif [[ $backend == c10d ]]; then
     rdzv=(--nnodes="$min":3 --rdzv_backend=c10d --rdzv_endpoint="$addr:$port")
+  else
+    # The store is etcd; the port the run must not leave bound is the workers' store's, which
+    # node 0's agent picks (the workers print it).
+    addr=$etcd_loopback
+    [[ $net != netns ]] || addr=$etcd_netns
+    port=${addr#*:}
+    addr=${addr%:*}
+    rdzv=(--nnodes="$min":3 --rdzv_backend=etcd --rdzv_endpoint="$addr:$port")
   fi
   local pid_of=() start=$SECONDS
   for i in 0 1 2; do
+    local conf=$CONF,is_host=$((i == 0 ? 1 : 0))
+    [[ $backend != etcd ]] || conf=$CONF,lease_ttl=2
     local args=(--log_dir="$dir/logs$i" "${rdzv[@]}" --node_rank="$i" --rdzv_id="$run_id"
-      --rdzv_conf="$CONF,is_host=$((i == 0 ? 1 : 0))" --max_restarts="$restarts"
+      --rdzv_conf="$conf" --max_restarts="$restarts"
       --nproc_per_node="${nproc[i]}" --shutdown_timeout=3 --no_python "$WORKER" "$dir/pids" 3)
     if [[ $net == netns ]]; then
       DTRUN_FAULT_MARK=$mark-node$i nsenter --net="/run/netns/$tag-node$((i + 1))" -- \
@@ -385,6 +476,7 @@ run_one() {
   [[ -z $signal ]] || sig_no=$(signal_number "$signal")
   for i in 0 1 2; do [[ $i -eq $victim ]] || others+=("$i"); done
   local store_re="lost the rendezvous store at ${addr//./\\.}:$port"
+  [[ $backend != etcd ]] || store_re="lost etcd at ${addr//./\\.}:$port"
   local rank=-1
   if [[ ($kind == worker-* || $kind == host-pause || $kind == link-slow) && -n $victim_pid ]]; then
     rank=$(sed -n 's/.* RANK=\([0-9]*\) .*PID='"$victim_pid"' .*/\1/p' "$dir"/logs"$victim"/*/attempt_0/*/stdout.log 2>/dev/null | head -n 1)
@@ -393,8 +485,8 @@ run_one() {
     case $kind in
       worker-restart | host-pause | link-slow)
         for i in 0 1 2; do expect_rc "$i" 0; done
-        if [[ $kind != worker-restart ]] && grep -q " lost: no heartbeat\|lost node" "$dir/0.out"; then
-          bad "a node was judged lost ($kind): $(out 0 | grep -m1 " lost: no heartbeat\|lost node")"
+        if [[ $kind != worker-restart ]] && grep -q " lost: no heartbeat\|lost node" "$dir"/[0-2].out; then
+          bad "a node was judged lost ($kind): $(grep -h -m1 " lost: no heartbeat\|lost node" "$dir"/[0-2].out)"
         fi
         expect_line "$victim" "the victim's failure" "rank $rank \\(pid $victim_pid\\) failed: signal $sig_no"
         survivors=(0 1 2) ;;
@@ -411,11 +503,11 @@ run_one() {
         elif [[ $kind == agent-term ]]; then
           expect_rc "$victim" $((128 + sig_no))
           expect_line "$victim" "that it stops on the signal" "received SIG$signal: forwarding it to every worker"
-        elif [[ $victim -ne 0 ]]; then
+        elif [[ $victim -ne 0 || $backend == etcd ]]; then
           expect_rc "$victim" 1
           expect_line "$victim" "the lost store" "$store_re"
         fi
-        if [[ ($kind == link-down || $kind == one-way) && $victim -eq 0 ]]; then
+        if [[ ($kind == link-down || $kind == one-way) && $victim -eq 0 && $backend != etcd ]]; then
           expect_rc 0 1
           for i in 1 2; do
             expect_rc "$i" 1
@@ -423,12 +515,18 @@ run_one() {
           done
         else
           local why="lost: no heartbeat"
+          # Through etcd: its lease ended, or it ran the keeper, whose successor tells.
+          [[ $backend != etcd ]] || why="lost(: no heartbeat|: its etcd lease ended|, with the job's keeper)"
           [[ $kind != agent-term ]] || why="left the job"
           for i in "${others[@]}"; do
             expect_line "$i" "node$victim's loss" "node $victim \\([^)]*\\) $why"
             if [[ $min -eq 2 ]]; then
               expect_rc "$i" 0
-              expect_line "$i" "round 1 of 2 nodes" "round 1: node [01] of 2, .* attempt 0"
+              # Through etcd a keeper that left (or was lost) in a gathering round has its
+              # successor start the next one: round 1 or later.
+              local next_round=1
+              [[ $backend != etcd ]] || next_round="[1-9][0-9]*"
+              expect_line "$i" "round $next_round of 2 nodes" "round $next_round: node [01] of 2, .* attempt 0"
             else
               expect_rc "$i" 1
               expect_line "$i" "the job's end below min" "below the 3 required \\(--nnodes\\): lost node $victim "
@@ -465,26 +563,43 @@ run_one() {
   done
 
   # ---- no port left bound; no socket reached a worker ----
-  local hexport listening=""
+  local envs hexport listening=""
+  envs=$(cat "$dir"/logs*/"$run_id"/*/*/stdout.log 2>/dev/null | grep '^ENV ' || true)
   hexport=$(printf ':%04X ' "$port")
+  if [[ $backend == etcd ]]; then  # etcd's port stays; the workers' stores must not
+    hexport=$(sed -nE 's/.* MASTER_PORT=([0-9]+).*/\1/p' <<<"$envs" | sort -u | xargs -r printf ':%04X \n')
+  fi
   if [[ $net == netns ]]; then
     for i in 1 2 3; do
       listening+=$(nsenter --net="/run/netns/$tag-node$i" -- cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
         awk '$4 == "0A" {print $2}')
     done
   else
-    listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2 " "}' | grep -F "$hexport" || true)
+    listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2 " "}' |
+      grep -F "${hexport:-none}" || true)
   fi
   [[ -z $listening ]] || bad "a port is still listening after the run: ${listening//$'\n'/ }"
-  local envs
-  envs=$(cat "$dir"/logs*/"$run_id"/*/*/stdout.log 2>/dev/null | grep '^ENV ' || true)
+  if [[ $backend == etcd ]]; then  # what the agents leave in etcd: nothing, once leases expire
+    local ns_cmd=() keys=""
+    [[ $net != netns ]] || ns_cmd=(nsenter --net="/run/netns/$sw" --)
+    for _ in $(seq 40); do
+      keys=$(etcd_keys "$addr:$port" "/dtrun/$run_id/" "${ns_cmd[@]}")
+      [[ -z $keys ]] && break
+      sleep 0.1
+    done
+    [[ -z $keys ]] || bad "$(wc -l <<<"$keys") key(s) of the job are left in etcd 4 s after the" \
+      "run: $(head -n 4 <<<"$keys" | tr '\n' ' ')"
+  fi
   if grep -q 'SOCKETS=[1-9]' <<<"$envs"; then
     bad "a worker inherited sockets from its agent: $(grep -m1 'SOCKETS=[1-9]' <<<"$envs")"
   fi
 
   # ---- counters: rounds, attempts, world sizes and the workers' view agree ----
   local keeper
-  keeper=$(out 0 | sed -nE "s/.*job '$run_id' round ([0-9]+) \\(attempt ([0-9]+)\\): ([0-9]+) node.*world size ([0-9]+).*/\\1 \\2 \\3 \\4/p")
+  local keepers=0  # the nodes whose agent may have kept the job's rounds
+  [[ $backend != etcd ]] || keepers="0 1 2"
+  # shellcheck disable=SC2086  # a list of nodes
+  keeper=$(for i in $keepers; do out "$i"; done | sed -nE "s/.*job '$run_id' round ([0-9]+) \\(attempt ([0-9]+)\\): ([0-9]+) node.*world size ([0-9]+).*/\\1 \\2 \\3 \\4/p")
   declare -A round_nodes=() round_line=() round_world=()
   for i in 0 1 2; do
     local line

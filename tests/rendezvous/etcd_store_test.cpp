@@ -500,6 +500,37 @@ TEST_CASE("etcd store: a fenced store writes nothing once its leader key is anot
   CHECK(store.tryGet("state").value() == std::optional<std::string>("round=3"));
 }
 
+TEST_CASE("etcd store: an agent whose lease ended writes nothing more into the job",
+          "[integration][rdzv][etcd]") {
+  // Found by the fault campaign (agent-pause with etcd): an agent resumed after its lease
+  // expired, and after the job went on and ended without it, left its "fail", "leave" and "bye"
+  // messages in the keeper's inbox, keys nobody would ever remove.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  std::atomic<bool> lost{false};
+  auto presence = dtrun::rdzv::EtcdPresence::start(client, "/dtrun/lapse/", "lapse", "agent-a", 30s,
+                                                   [&](const dtrun::Status&) { lost = true; });
+  REQUIRE(presence.isOk());
+  auto store = presence.value()->stores()();
+  REQUIRE(store.isOk());
+  REQUIRE(store.value()->queuePush("inbox", "join").isOk());  // alive: written
+  CHECK(client->getPrefix("/dtrun/lapse/inbox/", 0, false, true).value().count == 1);
+
+  // Its lease ends as etcd ends a lapsed one (revoked here: the same keys vanish at once).
+  const auto alive = client->get("/dtrun/lapse/alive/agent-a").value();
+  REQUIRE(alive.has_value());
+  REQUIRE(client->revokeLease(alive->lease).isOk());
+  const auto refused = store.value()->queuePush("inbox", "bye");
+  CHECK(refused.code() == Errc::kDenied);
+  CHECK_THAT(refused.message(), Catch::Contains("lease expired"));
+  CHECK_THAT(refused.message(), Catch::Contains("alive/agent-a"));
+  CHECK(client->getPrefix("/dtrun/lapse/inbox/", 0, false, true).value().count == 1);
+  CHECK(dtrun::testing::waitUntil([&] { return lost.load(); }, 20s));
+}
+
 TEST_CASE("etcd store: a watch waits through a short etcd outage instead of failing at once",
           "[integration][rdzv][etcd]") {
   // Issue 34, bug 3: kill -9 of etcd made every agent exit 1 within the second ("no etcd

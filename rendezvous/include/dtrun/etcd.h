@@ -138,13 +138,16 @@ class EtcdClient {
   [[nodiscard]] virtual std::chrono::milliseconds requestTimeout() const = 0;
 };
 
-// A store whose writes hold only while its owner leads: each write goes in a transaction that
-// also requires `key` (the job's leader key) to still have `createRevision` (the one its owner
-// made). A keeper that was paused, or cut off, while another agent took over then writes
-// nothing: its writes fail with Errc::kDenied, naming the lost leadership.
+// A store whose writes hold only while its owner holds a key: each write goes in a transaction
+// that also requires `key` to still have `createRevision` (the one its owner made). The keeper's
+// key is the job's leader key: a keeper that was paused, or cut off, while another agent took
+// over then writes nothing. A member's is its liveness key (on its lease): a member the job
+// dropped when its lease expired writes nothing into the job either. Such writes fail with
+// Errc::kDenied, `lost` naming what was lost.
 struct EtcdFence {
   std::string key;
   std::int64_t createRevision = 0;
+  std::string lost = "this agent no longer leads";
 };
 
 // The Store interface over etcd, every key under `prefix` (e.g. "/dtrun/job7/"): the round

@@ -13,7 +13,8 @@ initial=$2
 sockets=0
 for fd in /proc/$$/fd/*; do [[ $(readlink "$fd") != socket:* ]] || sockets=$((sockets + 1)); done
 echo "ENV RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE GROUP_RANK=$GROUP_RANK" \
-  "GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE RESTART=$TORCHELASTIC_RESTART_COUNT PID=$$ SOCKETS=$sockets"
+  "GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE RESTART=$TORCHELASTIC_RESTART_COUNT PID=$$ SOCKETS=$sockets" \
+  "MASTER_PORT=$MASTER_PORT"
 if [[ $TORCHELASTIC_RESTART_COUNT -ne 0 || $GROUP_WORLD_SIZE -ne $initial ]]; then
   exit 0
 fi
