@@ -3,9 +3,9 @@
 # whose glibc is at least the floor stated in docs/install.md (tests/integration/
 # portable_binary_test.sh checks both), and the .deb and the wheel depend on nothing else.
 #
-# - spdlog and fmt are compiled in from their headers, always (sanitizer trees too: the code they
-#   instantiate is then instrumented like the rest). Debian's spdlog::spdlog_header_only still
-#   links the shared fmt::fmt; it is pointed at fmt::fmt-header-only instead.
+# - spdlog and fmt are compiled in from their headers, always (sanitizer trees too: their code is
+#   then instrumented like the rest), once: common/src/spdlog_compiled.cpp (target dtrun_spdlog),
+#   never Debian's shared libspdlog or libfmt.
 # - DTRUN_PORTABLE (ON unless sanitizers or fuzzing are on): libstdc++ and libgcc linked in
 #   (dtrun_make_portable on the two programs), and OpenSSL's static libcrypto.a and libssl.a.
 #   OpenSSL is linked, not loaded on demand, because the store's authentication (HMAC-SHA256)
@@ -26,9 +26,6 @@ if(DTRUN_PORTABLE AND (DTRUN_SANITIZE OR DTRUN_FUZZ))
   message(FATAL_ERROR "DTRUN_PORTABLE links libstdc++ statically, which the sanitizers do not support: "
                       "configure with -DDTRUN_PORTABLE=OFF (the asan, tsan and fuzz presets do)")
 endif()
-
-set_property(TARGET spdlog::spdlog_header_only PROPERTY INTERFACE_LINK_LIBRARIES
-             Threads::Threads fmt::fmt-header-only)
 
 # FindOpenSSL (rendezvous/) reads OPENSSL_USE_STATIC_LIBS; the libraries a tree found before
 # (.so or .a) stay in its cache, so a tree whose choice changed looks again.

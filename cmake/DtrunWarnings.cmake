@@ -10,7 +10,7 @@ function(dtrun_set_warnings target)
   if(DTRUN_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
-  if(DTRUN_SANITIZE MATCHES "thread")
+  if(DTRUN_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # GCC 12 warns that atomic_thread_fence is unsupported under TSan from inside Asio.
     target_compile_options(${target} PRIVATE -Wno-tsan)
   endif()

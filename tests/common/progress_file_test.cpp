@@ -29,7 +29,7 @@ struct FreshPath {
 
 // A fresh progress file mapped by a writer and a reader, as a worker and its agent map it.
 struct MappedFile {
-  const FreshPath fresh;
+  const FreshPath fresh{};
   const bool created = dtrun::progress::createProgressFile(fresh.path);
   std::optional<ProgressWriter> writer = ProgressWriter::open(fresh.path);
   std::optional<ProgressReader> reader = ProgressReader::open(fresh.path);
@@ -114,7 +114,7 @@ TEST_CASE("a reader never sees a torn snapshot while a writer runs", "[unit][pro
 }
 
 TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
-  const FreshPath fresh;
+  const FreshPath fresh{};
   const std::string& path = fresh.path;
   std::FILE* file = std::fopen(path.c_str(), "w");
   REQUIRE(file != nullptr);
@@ -126,7 +126,7 @@ TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
 }
 
 TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]") {
-  const FreshPath fresh;
+  const FreshPath fresh{};
   const std::string& path = fresh.path;
   REQUIRE(dtrun::progress::createProgressFile(path));
   const std::string command = "DTRUN_PROGRESS_FILE=" + path +
@@ -150,7 +150,7 @@ TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]")
 
 TEST_CASE("with entry times on, the last 32 operations' entries come back in order",
           "[unit][progress]") {
-  const FreshPath fresh;
+  const FreshPath fresh{};
   REQUIRE(dtrun::progress::createProgressFile(fresh.path, /*entryTimes=*/true));
   auto writer = ProgressWriter::open(fresh.path);
   auto reader = ProgressReader::open(fresh.path);
@@ -185,7 +185,7 @@ TEST_CASE("with entry times off, writers record none", "[unit][progress]") {
 }
 
 TEST_CASE("python/dtrun_progress.py records entry times when the agent asks", "[unit][progress]") {
-  const FreshPath fresh;
+  const FreshPath fresh{};
   const std::string& path = fresh.path;
   REQUIRE(dtrun::progress::createProgressFile(path, /*entryTimes=*/true));
   const std::int64_t before = dtrun::progress::realtimeNs();
