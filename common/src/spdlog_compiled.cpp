@@ -7,9 +7,9 @@
 #error "spdlog_compiled.cpp is built with SPDLOG_COMPILED_LIB (target dtrun_spdlog)"
 #endif
 
-#include <fmt/format-inl.h>
-
 #include <mutex>
+
+#include <fmt/format-inl.h>
 #include <spdlog/cfg/helpers-inl.h>
 #include <spdlog/common-inl.h>
 #include <spdlog/details/backtracer-inl.h>

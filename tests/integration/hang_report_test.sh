@@ -8,6 +8,8 @@
 #           stack with stuckInAllReduce.
 #   python  3 ranks of workers/hang_sleep.py (python/dtrun_progress.py): rank 1 sleeps forever
 #           in load_batch_forever(); its faulthandler stack (SIGRTMIN+2) names that function.
+#   frozen  3 ranks of dtrt_hang_worker --ok, rank 1 stopped by SIGSTOP mid-run: dtrun names rank
+#           1 and says its process is stopped (state T), which a deadlock's is not.
 #   restart --max_restarts=1: both attempts hang, the report holds two "hang" attempts.
 #   nodes   two agents on loopback (static, 2 ranks each): rank 3 on node 1 deadlocks with rank
 #           0 on node 0. The agents exchange progress through the store: node 0's diagnosis
@@ -60,6 +62,25 @@ check "$work/py.json" '[x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["op"
 check "$work/py.json" '"load_batch_forever" in [x for x in r["hang"]["ranks"] if x["rank"] == 1][0]["stack"]' "python: rank 1's faulthandler stack names load_batch_forever"
 check "$work/py.json" '"wait_in_all_reduce" in [x for x in r["hang"]["ranks"] if x["rank"] == 0][0]["stack"]' "python: rank 0's stack names wait_in_all_reduce"
 
+# --- a frozen worker: rank 1 stopped by SIGSTOP while every rank runs all_reduces ---
+rc=0
+timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 --report="$work/frozen.json" \
+  --log_dir="$work/logs" --rdzv_id=frozen --no_python "$WORKER" --ok --steps=1000000 \
+  >"$work/frozen.out" 2>&1 &
+frozen_dtrun=$!
+pid_file=$work/logs/frozen/attempt_0/1/worker_pid
+for _ in $(seq 300); do [[ -s $pid_file ]] && break; sleep 0.1; done
+frozen_pid=""
+read -r frozen_pid _ <"$pid_file" || true
+[[ -n $frozen_pid ]] || die "frozen: rank 1 wrote no worker_pid within 30 s"
+sleep 1  # some all_reduces first: a frozen rank, not one that never started
+kill -STOP "$frozen_pid"
+wait "$frozen_dtrun" || rc=$?
+[[ $rc -eq 124 ]] || { tail -30 "$work/frozen.out" >&2; die "frozen: dtrun exited $rc, want 124 (hang)"; }
+grep -q "dtrun: hang: rank 1 on .*; rank 1's process (pid $frozen_pid) is in state T (stopped)" "$work/frozen.out" ||
+  { grep hang "$work/frozen.out" >&2; die "frozen: the console does not name rank 1 as stopped"; }
+check "$work/frozen.json" 'r["hang"]["suspects"] == [1] and "state T (stopped)" in r["root_cause"]["message"]' "frozen: rank 1 is the suspect, stopped"
+
 # --- a hang in every attempt: the restart rules apply ---
 rc=0
 timeout 90 "$DTRUN" --nproc_per_node=2 --hang_timeout=2 --max_restarts=1 --report="$work/restart.json" \
@@ -93,6 +114,6 @@ grep -q stuckInAllReduce "$work/logs/node1/nodes/attempt_0/hang.txt" || die "nod
 grep -q "rank 0 (local rank 0" "$work/logs/node0/nodes/attempt_0/hang.txt" || die "nodes: node 0 did not dump its own stacks"
 
 $PYTHON "$ROOT/tests/integration/validate_report.py" "$ROOT/docs/report.schema.json" \
-  "$work/cpp.json" "$work/py.json" "$work/restart.json" "$work/node0.json" "$work/node1.json" ||
+  "$work/cpp.json" "$work/py.json" "$work/frozen.json" "$work/restart.json" "$work/node0.json" "$work/node1.json" ||
   die "a hang report does not match the schema"
 echo "hang_report_test: passed"

@@ -108,6 +108,27 @@ std::string flightRecords(const std::vector<fs::path>& dumps, const std::atomic<
   return text;
 }
 
+// A process stopped (SIGSTOP, a debugger) or in uninterruptible sleep makes no progress, like a
+// deadlocked one, but is mended elsewhere: the summary says so for this node's suspects.
+void noteFrozenSuspects(HangDiagnosis& diagnosis, const WorkerGroup& group) {
+  for (const HangRank& suspect : diagnosis.ranks) {
+    if (!suspect.suspect) {
+      continue;
+    }
+    for (const Worker& w : group.workers()) {
+      if (w.rank != suspect.rank || !w.child || !w.child->running()) {
+        continue;
+      }
+      const std::string state = kernelWaitOf(w.child->pid());
+      if (state.starts_with("state T") || state.starts_with("state t") ||
+          state.starts_with("state D")) {
+        diagnosis.summary += "; rank " + std::to_string(w.rank) + "'s process (pid " +
+                             std::to_string(w.child->pid()) + ") is in " + state;
+      }
+    }
+  }
+}
+
 void sortByRank(std::vector<RankProgress>& ranks) {
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.rank < b.rank; });
@@ -302,6 +323,7 @@ void HangWatch::check() {
     arm();
     return;
   }
+  noteFrozenSuspects(*diagnosis, *group_);
   auto onHang = std::exchange(onHang_, nullptr);
   onHang(std::move(*diagnosis));
 }
