@@ -44,7 +44,9 @@ class EtcdAgentPresence final : public EtcdPresence {
     if (lease_ != 0) {
       if (auto s = client_->revokeLease(lease_); !s.isOk()) {
         log::rdzv().debug("revoking this agent's etcd lease: {}", s.message());
+        return;
       }
+      removeKeysIfLast();
     }
   }
 
@@ -122,6 +124,20 @@ class EtcdAgentPresence final : public EtcdPresence {
         log::rdzv().warn("job '{}': renewing the etcd lease: {} (asking the next member)", jobId_,
                          s.message());
       }
+    }
+  }
+
+  // The last agent out of a job removes what the job left in etcd. Usually the keeper's agent
+  // did so after every node passed the exit barrier; but a keeper signalled away as the job
+  // ended (over for want of its own node) leaves at once, and so do the others once they learn
+  // the job is over: found by the fault campaign (agent-term of the keeper's node, --nnodes 3:3).
+  void removeKeysIfLast() {
+    const auto alive = client_->getPrefix(aliveDir_, 1, false, true);
+    if (!alive.isOk() || alive.value().count != 0) {
+      return;
+    }
+    if (auto s = client_->erase(prefix_, true).status(); !s.isOk()) {
+      log::rdzv().debug("removing job '{}' from etcd as its last agent: {}", jobId_, s.message());
     }
   }
 

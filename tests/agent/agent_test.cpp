@@ -102,6 +102,7 @@ TEST_CASE("every rank gets torchrun's environment", "[integration][agent]") {
   auto config = shellJob(dir, nproc, "env > \"$DTRUN_LOG_DIR/env\"");
   config.defaultEnv = {{"OMP_NUM_THREADS", "1"}};
   const auto run = runAgent(dir, config);
+  INFO("the agent's stderr: " << run.err);
   REQUIRE(run.code == 0);
   std::string port;
   for (int rank = 0; rank < nproc; ++rank) {
@@ -145,7 +146,9 @@ TEST_CASE("the Python hook follows the user's PYTHONPATH and keeps the user's to
   const dtrun::testing::ScopedEnv userAsync("NCCL_ASYNC_ERROR_HANDLING", std::string("3"));
   auto config = shellJob(dir, 1, "env > \"$DTRUN_LOG_DIR/env\"");
   config.pythonHookDir = "/opt/dtrun/share/dtrun/python";
-  REQUIRE(runAgent(dir, config).code == 0);
+  const auto run = runAgent(dir, config);
+  INFO("the agent's stderr: " << run.err);
+  REQUIRE(run.code == 0);
   const fs::path rankDir = dir.path() / "logs" / "test" / "attempt_0" / "0";
   auto env = readEnv(rankDir / "env");
   CHECK(env["PYTHONPATH"] == "/mine:/theirs:/opt/dtrun/share/dtrun/python");

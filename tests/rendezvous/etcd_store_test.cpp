@@ -531,6 +531,30 @@ TEST_CASE("etcd store: an agent whose lease ended writes nothing more into the j
   CHECK(dtrun::testing::waitUntil([&] { return lost.load(); }, 20s));
 }
 
+TEST_CASE("etcd store: the last agent out of a job removes its keys", "[integration][rdzv][etcd]") {
+  // Found by the fault campaign: the keeper's agent, signalled away as the job ended for want of
+  // its node, exited before it could clean up, and the others left at once: keys stayed forever.
+  if (skipWithoutEtcd()) {
+    return;
+  }
+  EtcdCluster etcd;
+  auto client = clientOf(etcd);
+  const auto start = [&](const char* id) {
+    auto presence = dtrun::rdzv::EtcdPresence::start(client, "/dtrun/last/", "last", id, 30s,
+                                                     [](const dtrun::Status&) {});
+    REQUIRE(presence.isOk());
+    return std::move(presence).value();
+  };
+  auto a = start("agent-a");
+  auto b = start("agent-b");
+  REQUIRE(client->put("/dtrun/last/inbox/x-1", "bye").isOk());
+  a.reset();  // b is still in the job: its keys stay
+  CHECK(client->get("/dtrun/last/inbox/x-1").value().has_value());
+  b.reset();  // the last one out
+  CHECK(client->getPrefix("/dtrun/last/", 0, false, true).value().count == 0);
+  CHECK(client->getPrefix("/dtrun/", 0, false, true).value().count == 0);
+}
+
 TEST_CASE("etcd store: a watch waits through a short etcd outage instead of failing at once",
           "[integration][rdzv][etcd]") {
   // Issue 34, bug 3: kill -9 of etcd made every agent exit 1 within the second ("no etcd
