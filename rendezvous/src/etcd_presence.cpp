@@ -331,8 +331,8 @@ class EtcdAgentPresence final : public EtcdPresence {
   std::string leaderKey_;
   std::int64_t lease_ = 0;
   std::int64_t leaderRevision_ = 0;  // the create revision of the leader key this agent made
-  std::int64_t aliveRevision_ =
-      0;  // the create revision of its liveness key (a new key: the put's)
+  // The create revision of its liveness key (a new key: the put's revision).
+  std::int64_t aliveRevision_ = 0;
   std::atomic<bool> leads_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
