@@ -40,6 +40,10 @@ AgentConfig shellJob(const TempDir& dir, int nproc, const std::string& script) {
   c.storeListenHost = "127.0.0.1";
   c.logDir = (dir.path() / "logs").string();
   c.shutdownTimeout = 2s;
+  // Not these tests' subject: a machine loaded by three tests at a time and two builds may take
+  // longer than the 5 s default for the checks before an attempt (the likely cause of two of
+  // them exiting 1 together under such load, before they printed the agent's stderr).
+  c.healthChecks.timeout = 60s;
   return c;
 }
 
