@@ -46,7 +46,10 @@ class EtcdAgentPresence final : public EtcdPresence {
         log::rdzv().debug("revoking this agent's etcd lease: {}", s.message());
         return;
       }
-      removeKeysIfLast();
+      try {
+        removeKeysIfLast();
+      } catch (...) {  // out of memory at exit: the job's keys stay, as before this cleanup
+      }
     }
   }
 
