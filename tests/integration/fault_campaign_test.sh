@@ -132,7 +132,7 @@ CONF=$CONF,close_timeout=5,join_timeout=15
 ulimit -c 0  # workers dying of SIGSEGV/SIGABRT leave no core files
 
 tag=dflt$(($$ % 10000))
-subnet=10.216.$(($$ % 250 + 1))
+subnet= # 10.216.X, claimed below (claim_subnet)
 sw=$tag-sw
 made=()
 route_added=0
@@ -166,7 +166,7 @@ proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
 netns=0
 if [[ $NET != loopback ]]; then
   if [[ $(id -u) -eq 0 ]] && command -v ip >/dev/null && command -v nsenter >/dev/null &&
-    ip route add blackhole "$subnet.0/24" 2>/dev/null; then
+    claim_subnet 10.216; then
     route_added=1
     if ip netns add "$sw" 2>/dev/null; then
       made+=("$sw")

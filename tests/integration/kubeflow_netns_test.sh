@@ -31,11 +31,10 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/
 fi
 
 tag=dkf$(($$ % 10000))
-subnet=10.215.$(($$ % 200 + 20))
 hosts=(pod0 pod1)
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
-netns_hosts_up
+netns_hosts_up 10.215
 clear_scheduler_env
 preamble_unset_matching '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|KUBERNETES_.*)$'
 

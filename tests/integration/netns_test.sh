@@ -20,14 +20,13 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/
   exit 0
 fi
 
-# A subnet and names of our own (the pid keeps concurrent runs apart).
+# Names of our own (the pid keeps concurrent runs apart); netns_hosts_up claims the subnet.
 tag=dt$(($$ % 10000))
-subnet=10.213.$(($$ % 200 + 20))
 hosts=(node1 node2 node3)
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
 
-netns_hosts_up
+netns_hosts_up 10.213
 addr_of() { echo "$subnet.$((11 + $1))"; }
 
 # on <index> <cmd...>: runs cmd in host <index>'s namespace with its own host name.

@@ -119,11 +119,10 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/
   exit 0
 fi
 tag=dn$(($$ % 10000))
-subnet=10.214.$(($$ % 200 + 20))
 hosts=(node1 node2 node3 node4)
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
-netns_hosts_up
+netns_hosts_up 10.214
 addr_of() { echo "$subnet.$((11 + $1))"; }
 # Both directions of node3's link: its own egress, and the bridge's port towards it.
 slow="tbf rate 40mbit burst 32kbit latency 400ms"

@@ -27,12 +27,11 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v nsenter >/
 fi
 
 tag=dsch$(($$ % 10000))
-subnet=10.214.$(($$ % 200 + 20))
 hosts=(cn1 cn2)
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
 
-netns_hosts_up
+netns_hosts_up 10.218
 {
   echo "127.0.0.1 localhost"
   for i in "${!hosts[@]}"; do echo "$subnet.$((11 + i)) ${hosts[$i]}.hpc.test ${hosts[$i]}"; done

@@ -32,7 +32,7 @@ fi
 chmod 755 "$work" # munge's socket lives below it
 # A cluster of our own: state folder, namespace prefix and subnet (the pid keeps runs apart).
 export DTRUN_SLURM_DIR=$work/cluster DTRUN_SLURM_NETNS=dslm$(($$ % 1000))
-export DTRUN_SLURM_SUBNET=10.215.$(($$ % 200 + 20)) DTRUN_SLURM_NODES=3
+export DTRUN_SLURM_SUBNET=10.219.$(($$ % 200 + 20)) DTRUN_SLURM_NODES=3
 unset DTRUN_SLURM_LOGIN
 # Each agent writes its logs into a fresh directory under TMPDIR (mkdtemp), so every node's files
 # are apart (with one shared --log_dir the second node's agent would use <run_id>-<host>).

@@ -70,7 +70,6 @@ for tool in ssh ssh-keygen ip nsenter unshare; do
 done
 
 tag=dh$(($$ % 10000))
-subnet=10.217.$(($$ % 200 + 20))
 hosts=(node1 node2 node3)
 
 # Any process left in our namespaces when the test ends is killed by PID (before the namespaces
@@ -102,7 +101,7 @@ at_exit '((made_privsep == 0)) || rmdir /run/sshd'
 
 # shellcheck source=lib/netns_hosts.sh
 source "$HERE/lib/netns_hosts.sh"
-netns_hosts_up
+netns_hosts_up 10.217
 
 # Names: node1..3 in every namespace's /etc/hosts, and ghost, an address nobody answers.
 {

@@ -1,8 +1,9 @@
 # "Hosts" as network namespaces on one bridge, for tests sourcing this file after preamble.sh
 # (whose exit stops the processes in pids, then runs at_exit commands, then removes work). The
 # caller sets
-#   tag    a namespace prefix of its own; subnet  "A.B.C" of its own; hosts  (host names)
-# then calls netns_hosts_up: a blackhole route for the subnet first (a stray packet from the root
+#   tag    a namespace prefix of its own; hosts  (host names)
+# then calls netns_hosts_up A.B (the test's own range): it claims a subnet A.B.C (claim_subnet:
+# sets subnet) with a blackhole route first (a stray packet from the root
 # namespace fails at once), a bridge namespace "$tag-sw", and one namespace "$tag-<host>" per
 # host at $subnet.(11 + index). On exit the namespaces and the route are removed.
 # Without root, iproute2 or namespaces it prints SKIP and exits 0.
@@ -11,12 +12,12 @@ made=()
 netns_hosts_cleanup() {
   local ns
   for ns in "${made[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-  ip route del blackhole "$subnet.0/24" 2>/dev/null || true
+  [[ -z ${subnet:-} ]] || ip route del blackhole "$subnet.0/24" 2>/dev/null || true
 }
 
 netns_hosts_up() {
   at_exit netns_hosts_cleanup
-  ip route add blackhole "$subnet.0/24" || { echo "$TEST_NAME: SKIP: cannot add a route"; exit 0; }
+  claim_subnet "$1" || { echo "$TEST_NAME: SKIP: cannot add a route"; exit 0; }
   sw=$tag-sw
   if ! ip netns add "$sw" 2>/dev/null; then
     echo "$TEST_NAME: SKIP: cannot create network namespaces here"

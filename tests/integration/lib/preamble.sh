@@ -12,6 +12,7 @@
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
 #   end_test [<detail>]  the last line: FAIL and exit 1 if note_fail was called, else PASS
+#   claim_subnet A.B  a subnet A.B.C of this run's own (see below), its blackhole route added
 #   free_port        a loopback TCP port free right now, below the kernel's range for connections'
 #                    own ports (no connection takes it meanwhile); a random one if Python fails
 #   running <pid>    true while the process runs (a zombie, exited but not reaped, has stopped)
@@ -42,6 +43,22 @@ end_test() {
     exit 1
   fi
   echo "$TEST_NAME: PASS${1:+ ($1)}"
+}
+# claim_subnet A.B: sets subnet to an A.B.C of this run's own (C from the pid, else the next free
+# one) by adding the blackhole route for A.B.C.0/24 in the root namespace: adding it is the claim,
+# which fails while a concurrent run (another test, or this one twice) holds that /24. Returns 1
+# when no route can be added here (no root).
+claim_subnet() {
+  local c i
+  for ((i = 0; i < 200; i++)); do
+    c=$((($$ + i) % 200 + 20))
+    if ip route add blackhole "$1.$c.0/24" 2>/dev/null; then
+      subnet=$1.$c
+      return 0
+    fi
+    [[ -n $(ip route show "$1.$c.0/24" 2>/dev/null) ]] || return 1 # not taken: no right to add
+  done
+  return 1
 }
 free_port() {
   local low
