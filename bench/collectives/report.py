@@ -12,7 +12,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-IMPLS = ("shm", "tcp", "gloo", "torch-gloo")
+IMPLS = ("shm", "shm-1copy", "tcp", "gloo", "torch-gloo")
 PEER = "torch-gloo"
 
 

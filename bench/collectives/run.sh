@@ -9,7 +9,8 @@
 # the tcp backend's thresholds; writes a PNG of all_reduce busbw vs size. Asserts nothing.
 #   bench/collectives/run.sh [DTRUN] [COLLECTIVES_BENCH]      (builds nothing: ninja -C build
 #                                                              dtrun collectives_bench memcpy_bw)
-# Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo), REPEATS=3,
+# Knobs (environment): NPROCS="2 4", IMPLS="shm tcp torch-gloo" (also: gloo, and shm-1copy: shm
+# with DTRUN_SHM_ONE_COPY_BYTES=1048576, p2p from 1 MiB copied once), REPEATS=3,
 # SWEEP=1 (SWEEP_MAX_BYTES=16777216, SWEEP_TRANSPORTS="shm tcp", SWEEP_OP=all_reduce|all_gather: one only), MIN_BYTES=4096, MAX_BYTES=67108864, FACTOR=4,
 # OUT=<dir for logs, results.txt, sweep.txt, load.txt, *.dat, allreduce_busbw.png>,
 # PLOT=<where the plot is copied; default bench/collectives/allreduce_busbw.png; empty: nowhere>.
@@ -64,6 +65,9 @@ for rep in $(seq 1 "$REPEATS"); do
             "${launch[@]}" "$root/bench/collectives/torch_collectives.py" "${sizes[@]}" ;;
         shm | tcp)
           one "$id" "$results" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT="${impl/shm/auto}" \
+            "${launch[@]}" --no_python "$BENCH" --backend tcp --label "$impl" "${sizes[@]}" ;;
+        shm-1copy)  # shared memory, p2p from 1 MiB copied once between the ranks' buffers
+          one "$id" "$results" env OMP_NUM_THREADS=1 DTRUN_TRANSPORT=auto DTRUN_SHM_ONE_COPY_BYTES=1048576 \
             "${launch[@]}" --no_python "$BENCH" --backend tcp --label "$impl" "${sizes[@]}" ;;
         gloo)
           one "$id" "$results" env OMP_NUM_THREADS=1 \

@@ -48,6 +48,25 @@ int ringMappings(const std::string& dir) {
   return count;
 }
 
+// Bytes ever published through the rings of the segments under `dir` mapped in this process: each
+// segment starts with a 64-byte header, then the two rings' control words (256 bytes each), whose
+// first word is the ring's head (shm_link.cpp's layout).
+std::uint64_t ringBytesPublished(const std::string& dir) {
+  std::ifstream maps("/proc/self/maps");
+  std::uint64_t total = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(dir + "/dtrun-") == std::string::npos) {
+      continue;
+    }
+    const std::uintptr_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    for (const std::uintptr_t control : {start + 64, start + 64 + 256}) {
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): an address read from /proc/self/maps
+      total += reinterpret_cast<const std::atomic<std::uint64_t>*>(control)->load();
+    }
+  }
+  return total;
+}
+
 // A transport set-up: the environment the ranks see.
 struct Setup {
   const char* name;
@@ -56,6 +75,7 @@ struct Setup {
   std::optional<std::string> ring;       // DTRUN_SHM_RING_BYTES
   std::optional<std::string> algo;       // DTRUN_ALLREDUCE_ALGO
   std::optional<std::string> slot;       // DTRUN_SHM_SLOT_BYTES
+  std::optional<std::string> oneCopy;    // DTRUN_SHM_ONE_COPY_BYTES
 };
 
 // The ring mappings a world of `world` ranks makes under `setup` (both ends of each pair live in
@@ -87,24 +107,34 @@ std::string hostList(int world) {
 
 const std::vector<Setup>& setups() {
   static const std::vector<Setup> all = {
-      {"shm", std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
-      {"tcp", "tcp", std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      {"shm", std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      {"tcp", "tcp", std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
       {"mixed (hierarchical all_reduce)", std::nullopt, "mixed", std::nullopt, std::nullopt,
+       std::nullopt, std::nullopt},
+      {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring", std::nullopt,
        std::nullopt},
-      {"mixed, ring all_reduce", std::nullopt, "mixed", std::nullopt, "ring", std::nullopt},
-      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt, std::nullopt},
+      {"shm, 64 KiB rings", std::nullopt, std::nullopt, "65536", std::nullopt, std::nullopt,
+       std::nullopt},
       {"shm, hierarchical all_reduce on one host", std::nullopt, std::nullopt, std::nullopt, "hier",
-       std::nullopt},
+       std::nullopt, std::nullopt},
       // The direct all_reduce: one piece for most check lengths, then many pieces and
       // remainders (64 KiB slots: the checks' 100003 elements are 2 to 13 pieces).
-      {"shm, direct all_reduce", std::nullopt, std::nullopt, std::nullopt, "direct", std::nullopt},
+      {"shm, direct all_reduce", std::nullopt, std::nullopt, std::nullopt, "direct", std::nullopt,
+       std::nullopt},
       {"shm, direct all_reduce, 64 KiB slots", std::nullopt, std::nullopt, std::nullopt, "direct",
-       "65536"},
+       "65536", std::nullopt},
       // Forced where it cannot run: the other algorithms stand in.
       {"tcp, direct all_reduce asked for", "tcp", std::nullopt, std::nullopt, "direct",
-       std::nullopt},
+       std::nullopt, std::nullopt},
       {"mixed, direct all_reduce asked for", std::nullopt, "mixed", std::nullopt, "direct",
-       std::nullopt},
+       std::nullopt, std::nullopt},
+      // Remote reads (one copy) for p2p from 64 KiB: the checks' long messages take that path,
+      // posted before and after they arrive; from 1 MiB: the large checks' 12 MiB messages are
+      // shared reads (both sides copy chunks).
+      {"shm, one copy from 64 KiB", std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+       std::nullopt, "65536"},
+      {"shm, one copy from 1 MiB", std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+       std::nullopt, "1048576"},
   };
   return all;
 }
@@ -215,6 +245,7 @@ void checkSetups(std::size_t first, std::size_t last) {
       const ScopedEnv ring("DTRUN_SHM_RING_BYTES", s.ring);
       const ScopedEnv algo("DTRUN_ALLREDUCE_ALGO", s.algo);
       const ScopedEnv slot("DTRUN_SHM_SLOT_BYTES", s.slot);
+      const ScopedEnv oneCopy("DTRUN_SHM_ONE_COPY_BYTES", s.oneCopy);
       INFO(s.name << " world " << world << " (FAIL lines above name the check)");
       std::atomic<int> mapped{-1};
       CHECK(failingRanks(world, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
@@ -254,7 +285,59 @@ TEST_CASE("the group checks pass with the hierarchical and direct all_reduce, wo
 TEST_CASE("the group checks pass with direct all_reduce asked for where it cannot run",
           "[runtime][shm]") {
   checkSetups(8, 10);
-  CHECK(setups().size() == 10);  // a setup added past these four cases needs a case of its own
+}
+
+TEST_CASE("the group checks pass with p2p by remote reads", "[runtime][shm]") {
+  checkSetups(10, 12);
+  CHECK(setups().size() == 12);  // a setup added past these five cases needs a case of its own
+}
+
+TEST_CASE("with DTRUN_SHM_ONE_COPY_BYTES large p2p messages move once, skipping the ring",
+          "[runtime][shm]") {
+  constexpr std::size_t kCount = 2 * 1024 * 1024;  // 8 MiB of f32
+  constexpr int kMessages = 3;
+  for (const bool oneCopy : {true, false}) {
+    const TempDir dir;
+    const ScopedEnv shmDir("DTRUN_SHM_DIR", dir.path().string());
+    const ScopedEnv transport("DTRUN_TRANSPORT", std::nullopt);
+    const ScopedEnv setting("DTRUN_SHM_ONE_COPY_BYTES",
+                            oneCopy ? std::optional<std::string>("1048576") : std::nullopt);
+    INFO((oneCopy ? "DTRUN_SHM_ONE_COPY_BYTES=1048576" : "the default: through the rings"));
+    std::atomic<std::uint64_t> ringBytes{0};
+    CHECK(failingRanks(2, [&](dtrt_check::Reporter& report, const rt::Context& ctx) {
+            const auto pg = rt::ProcessGroup::create(ctx, rt::Backend::kTcp);
+            std::vector<float> data(kCount);
+            bool ok = true;
+            for (int m = 0; m < kMessages; ++m) {
+              if (ctx.rank == 0) {
+                for (std::size_t i = 0; i < kCount; ++i) {
+                  data[i] = static_cast<float>((i + static_cast<std::size_t>(m)) % 1009);
+                }
+                pg->send(rt::view(std::span<float>(data)), 1, m);
+              } else {
+                std::fill(data.begin(), data.end(), -1.0F);
+                pg->recv(rt::view(std::span<float>(data)), 0, m);
+                for (std::size_t i = 0; i < kCount && ok; ++i) {
+                  ok = data[i] == static_cast<float>((i + static_cast<std::size_t>(m)) % 1009);
+                }
+              }
+            }
+            report.expect(ok, "8 MiB p2p", "wrong data");
+            pg->barrier();
+            if (ctx.rank == 0) {
+              ringBytes = ringBytesPublished(dir.path().string());
+            }
+            pg->barrier();
+            return report.exitCode();
+          }) == 0);
+    // Both ends of the pair's segment are mapped here: every ring byte is counted twice.
+    const std::uint64_t messages = 2ULL * kMessages * kCount * sizeof(float);
+    if (oneCopy) {
+      CHECK(ringBytes < std::uint64_t{1} << 20U);
+    } else {
+      CHECK(ringBytes >= messages);
+    }
+  }
 }
 
 TEST_CASE("over shm and mixed hosts, tcp agrees with gloo on random data", "[runtime][shm]") {

@@ -31,6 +31,12 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBigRingBytes = std::size_t{4} << 20U;
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20U;
 constexpr int kBigRingRanks = 4;
+// Point-to-point messages of at least DTRUN_SHM_ONE_COPY_BYTES move once (the receiver and the
+// sender copy straight between their buffers) instead of twice (through the ring). Off unless
+// set: on this project's 2-core VM a process_vm_readv moves 2.5-4.7 GB/s where memcpy moves 5-10,
+// so the one copy costs as much CPU as the ring's two and was not faster under load
+// (bench/README, "One copy").
+constexpr std::size_t kOneCopyBytes = 0;
 constexpr std::uint32_t kMaxPathBytes = 4096;
 
 // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only use of the environment at group creation
@@ -103,6 +109,16 @@ bool forcedTcp() {
 std::size_t ringBytes(int localRanks) {
   return bytesFromEnv("DTRUN_SHM_RING_BYTES",
                       localRanks <= kBigRingRanks ? kBigRingBytes : kDefaultRingBytes);
+}
+
+// Messages of at least this go as remote reads (shm_link.h) where the pair allows it:
+// DTRUN_SHM_ONE_COPY_BYTES, 0 (the default) for never.
+std::size_t oneCopyBytes() {
+  const char* text = env("DTRUN_SHM_ONE_COPY_BYTES");
+  if (text != nullptr && std::string(text) == "0") {
+    return 0;
+  }
+  return bytesFromEnv("DTRUN_SHM_ONE_COPY_BYTES", kOneCopyBytes);
 }
 
 std::uint64_t fnv1a(const std::string& text) {
@@ -251,6 +267,7 @@ Topology connectLinks(const CommunicatorConfig& config, const std::vector<Unique
   const auto localRanks = static_cast<int>(
       std::count(topo.host.begin(), topo.host.end(), topo.host[static_cast<std::size_t>(me)]));
   const std::size_t capacity = ringBytes(localRanks);
+  const std::size_t oneCopy = oneCopyBytes();
 
   // Pairs on this host: offers to the higher ranks first (small writes, never blocking for
   // long), then answers to the lower ranks' offers, then the higher ranks' answers; no rank waits
@@ -313,8 +330,11 @@ Topology connectLinks(const CommunicatorConfig& config, const std::vector<Unique
     char answer = 0;
     if (!path.empty() && !tcpOnly) {
       std::string error;
-      topo.links[static_cast<std::size_t>(q)] = Link::open(path, error);
-      if (topo.links[static_cast<std::size_t>(q)]) {
+      auto& link = topo.links[static_cast<std::size_t>(q)];
+      link = Link::open(path, error);
+      if (link) {
+        link->setOneCopyBytes(oneCopy);
+        link->probePeer();  // the creator published its side before it offered the segment
         answer = 1;
       } else {
         warnOnce("shm: " + channel.name(q) + " shares this host but stays on TCP: " + error);
@@ -333,8 +353,12 @@ Topology connectLinks(const CommunicatorConfig& config, const std::vector<Unique
       ::unlink(path.c_str());  // both sides hold it mapped: the name is no longer needed
       path.clear();
     }
+    auto& link = topo.links[static_cast<std::size_t>(q)];
     if (answer != 1) {
-      topo.links[static_cast<std::size_t>(q)].reset();
+      link.reset();
+    } else if (link) {
+      link->setOneCopyBytes(oneCopy);
+      link->probePeer();  // the peer published its side before it answered
     }
   }
   return topo;

@@ -23,6 +23,11 @@ static_assert(kHeaderBytes == 16, "the frame header is two 64-bit words on the w
 inline constexpr std::uint64_t kByeTag = ~std::uint64_t{0};        // orderly exit: EOF follows
 inline constexpr std::uint64_t kAbortTag = ~std::uint64_t{0} - 1;  // payload: why the sender failed
 
+// Over shm, a frame whose length has this bit carries no payload but the 8-byte address of the
+// sender's buffer: the receiver reads the length's bytes from there (shm_link.h, remote reads).
+inline constexpr std::uint64_t kRemoteFrameBit = std::uint64_t{1} << 63;
+inline constexpr std::size_t kRemoteAddressBytes = sizeof(std::uint64_t);
+
 // Small messages are read many per syscall into the peer's stage and copied out; the tail of a
 // large payload is read straight into its destination (no copy).
 inline constexpr std::size_t kStageBytes = std::size_t{64} * 1024;

@@ -203,6 +203,16 @@ void Transport::consume(Peer& p, const std::byte* src, std::size_t len) {
           finishMessage(p);
         }
         break;
+      case RxState::kRemoteAddress: {
+        const std::size_t got = kRemoteAddressBytes - p.rxLeft;
+        take = std::min(len, p.rxLeft);
+        std::memcpy(p.remoteAddress.data() + got, src, take);
+        p.rxLeft -= take;
+        if (p.rxLeft == 0) {
+          readRemoteMessage(p);
+        }
+        break;
+      }
       case RxState::kDiscard:
         take = std::min(len, p.rxLeft);
         p.rxLeft -= take;
@@ -220,6 +230,13 @@ void Transport::beginMessage(Peer& p) {
   const FrameHeader h = p.header;
   if (h.tag == kByeTag && h.length == 0) {
     p.leaving = true;
+    return;
+  }
+  if (p.shm && (h.length & kRemoteFrameBit) != 0 &&
+      (h.length & ~kRemoteFrameBit) <= kMaxFrameBytes && h.tag != kAbortTag) {
+    p.remoteLength = static_cast<std::size_t>(h.length & ~kRemoteFrameBit);
+    p.rxLeft = kRemoteAddressBytes;
+    p.rx = RxState::kRemoteAddress;
     return;
   }
   if (h.length > kMaxFrameBytes || (h.tag == kAbortTag && h.length > kMaxAbortBytes)) {

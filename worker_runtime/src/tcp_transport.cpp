@@ -318,6 +318,10 @@ void Transport::peerFailed(Peer& p, const std::string& reason, bool crashed) {
     fail(*op, std::string(op->opName) + ": " + reason);
   }
   p.sendQueue.clear();
+  for (Op* op : p.awaitingRead) {
+    fail(*op, std::string(op->opName) + ": " + reason);
+  }
+  p.awaitingRead.clear();
   for (Op* op : p.posted) {
     fail(*op, std::string(op->opName) + ": " + reason);
   }

@@ -74,6 +74,7 @@ struct Op {
   FrameHeader header{};   // send: the frame header, written from here
   std::string error;      // why it failed (state == kFailed)
   std::array<std::byte, 8> carry{};  // reduce: an element split between two arrivals
+  bool remote = false;  // send over shm: the peer reads the payload from `data` (one copy)
 
   // Resets everything for reuse (keeps the error string's capacity).
   void reset(OpKind k, int p, std::uint64_t t, std::byte* d, std::size_t n, const char* name) {
@@ -88,6 +89,7 @@ struct Op {
     state = OpState::kIdle;
     moved = 0;
     matched = false;
+    remote = false;
     header = {};
     error.clear();
   }
@@ -147,7 +149,7 @@ class Transport {
   [[nodiscard]] int globalRank(int r) const { return globalRanks_[static_cast<std::size_t>(r)]; }
 
  private:
-  enum class RxState : std::uint8_t { kHeader, kIntoOp, kIntoChunk, kDiscard };
+  enum class RxState : std::uint8_t { kHeader, kIntoOp, kIntoChunk, kDiscard, kRemoteAddress };
 
   // A message that arrived before its receive was posted (or is being dropped).
   struct Chunk {
@@ -180,6 +182,13 @@ class Transport {
     bool rxAbortFrame = false;    // the chunk carries a peer's abort reason
     std::size_t rxLeft = 0;       // payload bytes still to come
     std::unique_ptr<std::byte[]> stage;  // small reads land here and are parsed from here
+
+    // Remote reads (shm only). Sending: our sends whose address went out, oldest first, and how
+    // many of them the peer has read. Receiving: the announced message's length and address.
+    std::deque<Op*> awaitingRead;
+    std::uint64_t readsCompleted = 0;
+    std::size_t remoteLength = 0;
+    std::array<std::byte, sizeof(std::uint64_t)> remoteAddress{};
   };
 
   template <typename Pred>
@@ -195,6 +204,9 @@ class Transport {
   void pumpWriteShm(Peer& p);
   void pumpReadShm(Peer& p);
   bool drainRing(Peer& p);
+  void readRemoteMessage(Peer& p);
+  bool readFromPeer(Peer& p, std::uint64_t from, std::byte* to, std::size_t n, std::string& error);
+  void completeRemoteReads(Peer& p);
   void ringDoorbell(Peer& p);
   [[nodiscard]] bool shmReady() const;
   void consume(Peer& p, const std::byte* src, std::size_t len);
@@ -232,9 +244,13 @@ class Transport {
   std::vector<Chunk> chunkPool_;
   std::vector<pollfd> pollFds_;  // the driver's scratch
   std::vector<int> pollPeers_;
-  std::vector<int> shmPeers_;             // the driver's scratch: peers with a link
-  std::vector<shm::Link*> shmWatch_;      // their links, read without the mutex while spinning
-  std::vector<char> shmWantSpace_;        // whether each has sends waiting for ring space
+  std::vector<int> shmPeers_;         // the driver's scratch: peers with a link
+  std::vector<shm::Link*> shmWatch_;  // their links, read without the mutex while spinning
+  std::vector<char> shmWantSpace_;    // whether each has sends waiting for ring space
+  // Per link, the peer's count of remote reads that completes none of our sends yet, or
+  // kNoReadsAwaited: a change means a send of ours is done.
+  std::vector<std::uint64_t> shmReadsSeen_;
+  static constexpr std::uint64_t kNoReadsAwaited = ~std::uint64_t{0};
   std::chrono::microseconds spinBudget_;  // the adaptive spin (pollOnce), at most spin_
   unsigned spinProbe_ = 0;                // waits since the budget dropped to zero
   bool tcpPeers_ = false;                 // some peer is on a socket: spin with poll()

@@ -2,6 +2,7 @@
 // a socket, the socket left for doorbells and to notice the peer's death.
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,20 +24,35 @@ void Transport::pumpWriteShm(Peer& p) {
   std::size_t unpublished = 0;
   while (!p.sendQueue.empty() && !p.dead) {
     Op* op = p.sendQueue.front();
+    if (op->moved == 0 && (op->tag & kCollectiveTagBit) == 0 && p.shm->readsRemotely(op->bytes)) {
+      // A point-to-point message big enough: its address goes instead of its bytes.
+      op->remote = true;
+      op->header.length |= kRemoteFrameBit;
+    }
+    const std::size_t frame = kHeaderBytes + (op->remote ? kRemoteAddressBytes : op->bytes);
     std::size_t n = 0;
     std::size_t want = 0;
     if (op->moved < kHeaderBytes) {
       want = kHeaderBytes - op->moved;
       n = p.shm->put(reinterpret_cast<const std::byte*>(&op->header) + op->moved, want);
+    } else if (op->remote) {
+      const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(op->data));
+      want = frame - op->moved;
+      n = p.shm->put(reinterpret_cast<const std::byte*>(&address) + (op->moved - kHeaderBytes),
+                     want);
     } else {
-      want = std::min(kShmPiece, kHeaderBytes + op->bytes - op->moved);
+      want = std::min(kShmPiece, frame - op->moved);
       n = p.shm->put(op->data + (op->moved - kHeaderBytes), want);
     }
     op->moved += n;
     unpublished += n;
-    if (op->moved == kHeaderBytes + op->bytes) {
+    if (op->moved == frame) {
       p.sendQueue.pop_front();
-      complete(*op);
+      if (op->remote) {
+        p.awaitingRead.push_back(op);  // done when the peer has read it
+      } else {
+        complete(*op);
+      }
     }
     if (unpublished >= kShmPiece || n < want) {
       wake = p.shm->publish() || wake;
@@ -58,6 +74,83 @@ void Transport::ringDoorbell(Peer& p) {
   const char bell = 1;
   // Never blocking: a full socket already holds doorbells enough.
   [[maybe_unused]] const auto n = ::send(p.fd.get(), &bell, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Transport::completeRemoteReads(Peer& p) {
+  if (p.awaitingRead.empty()) {
+    return;
+  }
+  // The peer may be reading one of ours with a share of the copying left for us.
+  if (std::string error; !p.shm->helpPeer(error)) {
+    peerFailed(p, "copying a message into " + peerName(p) + " failed: " + error, true);
+    return;
+  }
+  const std::uint64_t done = p.shm->peerReadsDone();
+  while (p.readsCompleted < done && !p.awaitingRead.empty()) {
+    Op* op = p.awaitingRead.front();
+    p.awaitingRead.pop_front();
+    ++p.readsCompleted;
+    complete(*op);
+  }
+}
+
+bool Transport::readFromPeer(Peer& p, std::uint64_t from, std::byte* to, std::size_t n,
+                             std::string& error) {
+  if (!p.shm->sharesRead(n)) {
+    return p.shm->readPeer(from, to, n, error);
+  }
+  p.shm->openShared(from, to, n);
+  ringDoorbell(p);  // the sender, waiting for this read, takes chunks of it too
+  return p.shm->finishShared(error);
+}
+
+void Transport::readRemoteMessage(Peer& p) {
+  std::uint64_t address = 0;
+  std::memcpy(&address, p.remoteAddress.data(), sizeof address);
+  const std::size_t length = p.remoteLength;
+  p.rx = RxState::kHeader;
+  const auto it = std::find_if(p.posted.begin(), p.posted.end(),
+                               [&](const Op* op) { return op->tag == p.header.tag; });
+  Op* op = it != p.posted.end() ? *it : nullptr;
+  std::string error;
+  bool read = true;
+  if (op != nullptr && op->bytes != length) {
+    p.posted.erase(it);
+    op->matched = true;
+    fail(*op, std::string(op->opName) + ": " + peerName(p) + " sent " + std::to_string(length) +
+                  " bytes for a receive of " + std::to_string(op->bytes) + " bytes (tag " +
+                  std::to_string(op->tag) + ")");
+  } else if (op != nullptr && !op->reduce) {
+    p.posted.erase(it);
+    op->matched = true;
+    read = readFromPeer(p, address, op->data, length, error);
+    if (read) {
+      op->moved = length;
+      complete(*op);
+    }
+  } else {
+    // Not posted yet (or combining): the bytes wait in a chunk, as a ring's message would.
+    p.rxChunk = takeChunk(length);
+    p.rxChunk.tag = p.header.tag;
+    read = readFromPeer(p, address, p.rxChunk.data.get(), length, error);
+    if (read) {
+      p.rx = RxState::kIntoChunk;
+      finishMessage(p);
+    } else {
+      returnChunk(std::move(p.rxChunk));
+    }
+  }
+  if (!read) {
+    // The sender waits for this read and will not send the bytes another way.
+    peerFailed(p,
+               "reading a message of " + std::to_string(length) + " bytes from " + peerName(p) +
+                   " failed: " + error +
+                   " (DTRUN_SHM_ONE_COPY_BYTES=0 sends them through the ring)",
+               true);
+    return;
+  }
+  p.shm->noteReadDone();
+  ringDoorbell(p);  // the sender may sleep until its send completes
 }
 
 void Transport::pumpReadShm(Peer& p) {

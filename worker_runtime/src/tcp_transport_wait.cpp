@@ -148,6 +148,7 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
   shmPeers_.clear();
   shmWatch_.clear();
   shmWantSpace_.clear();
+  shmReadsSeen_.clear();
   for (std::size_t r = 0; r < peers_.size(); ++r) {
     const Peer& p = peers_[r];
     if (!p.fd.valid() || p.dead) {
@@ -165,6 +166,7 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
       shmPeers_.push_back(static_cast<int>(r));
       shmWatch_.push_back(p.shm.get());
       shmWantSpace_.push_back(p.sendQueue.empty() ? 0 : 1);
+      shmReadsSeen_.push_back(p.awaitingRead.empty() ? kNoReadsAwaited : p.readsCompleted);
     }
   }
   pollFds_.push_back(pollfd{wakeFd_.get(), POLLIN, 0});
@@ -254,6 +256,7 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
     Peer& p = peers_[static_cast<std::size_t>(r)];
     if (!p.dead) {
       drainRing(p);
+      completeRemoteReads(p);
     }
     if (!p.dead && !p.sendQueue.empty()) {
       pumpWriteShm(p);
@@ -267,7 +270,9 @@ void Transport::pollOnce(std::unique_lock<std::mutex>& lock, Clock::time_point d
 
 bool Transport::shmReady() const {
   for (std::size_t k = 0; k < shmWatch_.size(); ++k) {
-    if (shmWatch_[k]->hasData() || (shmWantSpace_[k] != 0 && shmWatch_[k]->hasSpace())) {
+    if (shmWatch_[k]->hasData() || (shmWantSpace_[k] != 0 && shmWatch_[k]->hasSpace()) ||
+        (shmReadsSeen_[k] != kNoReadsAwaited &&
+         (shmWatch_[k]->peerReadsDone() != shmReadsSeen_[k] || shmWatch_[k]->peerNeedsHelp()))) {
       return true;
     }
   }
