@@ -24,7 +24,10 @@ command -v eu-stack >/dev/null || die "eu-stack not found: scripts/setup.sh inst
 $PYTHON -c 'import torch.distributed' 2>/dev/null || die "torch is missing for $PYTHON (scripts/setup.sh installs python3-torch)"
 export OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo PYTHON_EXEC=$PYTHON
 
-# All ranks step together until $work/stop exists (at most 240 s); rank 3 loads slowly.
+# All ranks step together until $work/stop exists (at most 240 s); rank 3 loads slowly, and
+# while $work/hold exists it stays in load_batch (saying so in $work/held): each dump below is
+# taken then, so rank 3 is in load_batch and the others in all_reduce whatever the machine's
+# load (a 0.5 s sleep alone left rank 3 in all_reduce at the dump once under load).
 cat >"$work/train.py" <<'EOF'
 import os
 import sys
@@ -37,6 +40,12 @@ import torch.distributed as dist
 
 def load_batch():
     time.sleep(0.5)
+    hold = os.path.join(os.path.dirname(sys.argv[1]), "hold")
+    if os.path.exists(hold):
+        open(hold[:-4] + "held", "w").close()
+        end = time.monotonic() + 60
+        while os.path.exists(hold) and time.monotonic() < end:
+            time.sleep(0.05)
 
 
 dist.init_process_group("gloo", timeout=timedelta(seconds=180))
@@ -77,6 +86,18 @@ rises_above() {
   return 1
 }
 
+# hold: rank 3 stops in load_batch (at most $LIMIT s to get there); release: it goes on.
+hold() {
+  rm -f "$work/held"
+  touch "$work/hold"
+  local until_s=$((SECONDS + LIMIT))
+  until [[ -e $work/held ]]; do
+    ((SECONDS < until_s)) || die "rank 3 never stopped in load_batch (no $work/held)"
+    sleep 0.05
+  done
+}
+release() { rm -f "$work/hold" "$work/held"; }
+
 # ---- one node, four ranks ----
 port=$(free_port)
 "$DTRUN" --nproc_per_node=4 --status_port="$port" --log_dir="$work/logs" \
@@ -89,8 +110,10 @@ grouped=0
 for call in 1 2 3; do
   before=$(min_ops "$port")
   ((before >= 0)) || die "call $call: /status unreadable before dtrun stacks"
+  hold
   "$DTRUN" stacks "127.0.0.1:$port" >"$work/stacks$call.txt" 2>"$work/stacks$call.err" ||
     die "dtrun stacks #$call exited $?: $(cat "$work/stacks$call.err")"
+  release
   head -n 1 "$work/stacks$call.txt" | grep -Eq '^dtrun stacks #[0-9]+ of run [^ ]+: 4 ranks on 1 node, grouped by identical stacks$' ||
     die "dtrun stacks #$call: first line '$(head -n 1 "$work/stacks$call.txt")'"
   grep -Eq '^rank 3: load_batch \(train\.py:[0-9]+\)  \[1 rank on node 0\]$' "$work/stacks$call.txt" ||
@@ -120,9 +143,11 @@ out=$("$DTRUN" stacks "127.0.0.1:$(free_port)" 2>&1) || rc=$?
 pass "no token: 401 and the token named; a bad address exits 2, no endpoint 1"
 
 before=$(min_ops "$port")
+hold
 kill -s RTMIN+3 "$job"
 WAIT_FOR_S=$LIMIT wait_for "$work/job.out" '^dtrun: stacks of every running worker, grouped: ' ||
   die "no console line after SIGRTMIN+3: $(tail -n 5 "$work/job.out")"
+release
 file=$(grep -m1 '^dtrun: stacks of every running worker, grouped: ' "$work/job.out" | sed 's/.*grouped: //')
 [[ $file == "$work/logs/"*/stacks-4.txt && -f $file ]] || die "SIGRTMIN+3 named '$file', not a stacks-4.txt of the run directory"
 grep -Eq '^rank 3: load_batch ' "$file" || die "$file: no group of rank 3 in load_batch"
@@ -155,8 +180,10 @@ while [[ -z $gatherer ]] && ((SECONDS < until_s)); do
   sleep 0.3
 done
 [[ -n $gatherer ]] || { tail -n 5 "$work"/n?.out >&2; die "no agent's /status listed both nodes' 4 ranks running"; }
+hold
 "$DTRUN" stacks "127.0.0.1:${status_of[$gatherer]}" --output="$work/job_stacks.txt" 2>"$work/job_stacks.err" ||
   die "dtrun stacks on the gathering agent exited $?: $(cat "$work/job_stacks.err")"
+release
 grep -q "written to $work/job_stacks.txt" "$work/job_stacks.err" || die "--output: $(cat "$work/job_stacks.err")"
 head -n 1 "$work/job_stacks.txt" | grep -q ': 4 ranks on 2 nodes, grouped' ||
   die "the gathered stacks: '$(head -n 1 "$work/job_stacks.txt")', expected 4 ranks on 2 nodes"
