@@ -90,12 +90,34 @@ class EtcdStore final : public Store {
   // time), how many are there: no retries, one request, however many callers come at once.
   Result<std::int64_t> takeTicket(std::string_view key) override {
     const std::string dir = full(key) + "/";
+    const std::string mine = dir + id_ + "-" + std::to_string(++pushes_);
+    EtcdCompare absent;
+    absent.key = mine;
+    absent.target = EtcdCompare::Target::kCreateRevision;
+    absent.number = 0;
     EtcdOp count;
     count.key = dir;
     count.prefix = true;
     count.countOnly = true;
-    DTRUN_ASSIGN_OR_RETURN(
-        auto txn, write({}, {putOf(dir + id_ + "-" + std::to_string(++pushes_), ""), count}, {}));
+    EtcdOp read;
+    read.key = mine;
+    DTRUN_ASSIGN_OR_RETURN(auto txn, write({absent}, {putOf(mine, ""), count}, {read}));
+    if (!txn.succeeded) {
+      // Our key is there already: this request reached etcd before and its answer was lost (the
+      // client sent it again, e.g. across a leader change). Counting now would give a ticket
+      // another node may hold; ours is our key's place among the keys by creation, as the lost
+      // answer said.
+      if (txn.gets.empty() || txn.gets.front().empty()) {
+        return Status::protocol("take_ticket(" + std::string(key) + ") on " + peer() +
+                                ": etcd's answer has neither the count nor the key");
+      }
+      // (etcd's max_create_revision does not narrow a count_only range: the keys are counted.)
+      const std::int64_t created = txn.gets.front().front().createRevision;
+      DTRUN_ASSIGN_OR_RETURN(auto all, client_->getPrefix(dir, 0, false, true));
+      return static_cast<std::int64_t>(
+          std::count_if(all.kvs.begin(), all.kvs.end(),
+                        [&](const EtcdKeyValue& kv) { return kv.createRevision <= created; }));
+    }
     if (txn.counts.empty()) {
       return Status::protocol("take_ticket(" + std::string(key) + ") on " + peer() +
                               ": etcd's answer has no count");

@@ -170,10 +170,26 @@ void Keeper::onJoin(const KeeperMessage& m) {
       static_cast<void>(store_->set(keys_.assign(round_, slot), detail::encodeAssign(v)));
       return;
     }
-    case Phase::kGathering:
-      arrived_.push_back({slot, *record});
+    case Phase::kGathering: {
+      // A join can come twice (a store request sent again after its answer was lost): a node
+      // counts once, at its latest slot, and a slot belongs to one node (else both would take
+      // the same assignment; an etcd transaction would also refuse the key twice, forever).
+      const auto same = std::find_if(arrived_.begin(), arrived_.end(), [&](const Member& a) {
+        return a.slot == slot || a.record.agentId == record->agentId;
+      });
+      if (same == arrived_.end()) {
+        arrived_.push_back({slot, *record});
+      } else if (same->record.agentId == record->agentId) {
+        *same = {slot, *record};
+      } else {
+        log::rdzv().error(
+            "keeper of job '{}': round {} slot {} claimed by {} and {}: the second "
+            "is not counted",
+            jobId_, round_, slot, same->record.agentId, record->agentId);
+      }
       considerClosing(Clock::now());
       return;
+    }
     case Phase::kRunning:
     case Phase::kExiting:
       onLateArrival(slot, *record);
