@@ -10,6 +10,9 @@
 #include "value_parsers.h"
 
 namespace dtrun::launcher {
+namespace {
+constexpr std::int64_t kMaxConsoleWindowMs = 60000;
+}  // namespace
 
 using text::isDigits;
 using text::parseInt;
@@ -44,6 +47,16 @@ Status resolveInsight(const Resolver& options, const HostFacts& host, LaunchPlan
   }
   config.console = console.text == "collapse" ? agent::AgentConfig::Console::kCollapse
                                               : agent::AgentConfig::Console::kRanks;
+  if (const auto window = options.env("DTRUN_CONSOLE_WINDOW_MS")) {
+    const auto ms = isDigits(trim(*window)) ? parseInt(trim(*window)) : std::nullopt;
+    if (!ms || *ms < 1 || *ms > kMaxConsoleWindowMs) {
+      return Status::invalidArgument(
+          "DTRUN_CONSOLE_WINDOW_MS='" + *window +
+          "': expected milliseconds from 1 to 60000 (how long --console=collapse waits for the "
+          "other ranks' copies of a line; default 200)");
+    }
+    config.consoleWindow = std::chrono::milliseconds(*ms);
+  }
   // dtrun's own error file, as torchrun's @record reads it from its environment (the workers
   // get their own per-rank files).
   config.errorFile = options.env("TORCHELASTIC_ERROR_FILE").value_or("");

@@ -3,7 +3,9 @@
 # prints "epoch N loss 0.41", even ranks "even step N", rank 3 "rank 3 sees N", and one stderr
 # warning at the end). The collapsed console has each rank's line exactly once, in each rank's
 # order, the identical ones behind "[ranks 0-7]: " (one line per step when the ranks' lines
-# fall within the 200 ms window), "[ranks 0,2,4,6]: ", and rank 3's own behind "[rank 3]: ";
+# fall within the window: DTRUN_CONSOLE_WINDOW_MS=2000 here, as the default 200 ms split
+# groups whenever the loaded machine kept one rank's line back longer), "[ranks 0,2,4,6]: ",
+# and rank 3's own behind "[rank 3]: ";
 # per-rank logs keep the exact, unprefixed bytes; the default console is unchanged; a bad value
 # is one line and exit 2. Then two agents on loopback as two nodes (4 ranks each): node 0's
 # console carries the whole job's lines, collapsed across the nodes.
@@ -71,7 +73,7 @@ PY
 # One node, 8 ranks.
 mkdir -p "$work/b1"
 rc=0
-BARRIER_DIR=$work/b1 timeout "$LIMIT" "$DTRUN" --nproc_per_node=8 --console=collapse \
+BARRIER_DIR=$work/b1 DTRUN_CONSOLE_WINDOW_MS=2000 timeout "$LIMIT" "$DTRUN" --nproc_per_node=8 --console=collapse \
   --log_dir="$work/logs" --rdzv_id=one "$WORKER" >"$work/one.out" 2>"$work/one.err" || rc=$?
 if [[ $rc -ne 0 ]]; then
   tail -5 "$work/one.err" >&2
@@ -103,7 +105,7 @@ port=$(free_port)
 mkdir -p "$work/b3"
 declare -A agent_pid=()
 for n in 0 1; do
-  BARRIER_DIR=$work/b3 "$DTRUN" --nnodes=2 --node_rank=$n --nproc_per_node=4 --console=collapse \
+  BARRIER_DIR=$work/b3 DTRUN_CONSOLE_WINDOW_MS=2000 "$DTRUN" --nnodes=2 --node_rank=$n --nproc_per_node=4 --console=collapse \
     --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:"$port" --rdzv_id=two \
     --log_dir="$work/logs/n$n" "$WORKER" >"$work/n$n.out" 2>"$work/n$n.err" &
   agent_pid[$n]=$!
@@ -129,5 +131,9 @@ rc=0
 "$DTRUN" --console=fold --nproc_per_node=2 /bin/true >"$work/bad.out" 2>&1 || rc=$?
 [[ $rc -eq 2 && $(wc -l <"$work/bad.out") -eq 1 ]] && grep -q -- '--console.*ranks or collapse' "$work/bad.out" ||
   note_fail "--console=fold: rc $rc, '$(head -c 200 "$work/bad.out")'"
+rc=0
+DTRUN_CONSOLE_WINDOW_MS=soon "$DTRUN" --console=collapse --nproc_per_node=2 /bin/true >"$work/bad.out" 2>&1 || rc=$?
+[[ $rc -eq 2 && $(wc -l <"$work/bad.out") -eq 1 ]] && grep -q "DTRUN_CONSOLE_WINDOW_MS='soon': expected milliseconds" "$work/bad.out" ||
+  note_fail "DTRUN_CONSOLE_WINDOW_MS=soon: rc $rc, '$(head -c 200 "$work/bad.out")'"
 
 end_test

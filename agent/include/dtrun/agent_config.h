@@ -185,9 +185,13 @@ struct AgentConfig {
   std::vector<std::string> duplicateStdoutFilters;
   std::vector<std::string> duplicateStderrFilters;
   // --console: kRanks prints each rank's lines (torchrun's console); kCollapse prints a line that
-  // several ranks printed within 200 ms once, behind "[ranks 0-7]: " (console_collapse.h), for the
-  // whole job on the node that hosts the store.
+  // several ranks printed within consoleWindow (200 ms) once, behind "[ranks 0-7]: "
+  // (console_collapse.h), for the whole job on the node that hosts the store.
   enum class Console : std::uint8_t { kRanks, kCollapse } console = Console::kRanks;
+  // How long kCollapse waits for the other ranks' copies of a line (DTRUN_CONSOLE_WINDOW_MS): a
+  // group leaves at once when every rank is in it, so a wider window delays only lines that not
+  // every rank prints; on a loaded machine ranks' identical lines can arrive further apart.
+  std::chrono::milliseconds consoleWindow{200};
   // --event_log: one JSON line per state change (docs/event_log.schema.json); "" = none.
   std::string eventLogFile;
 

@@ -90,7 +90,7 @@ WorkerGroup::WorkerGroup(asio::io_context& io, const AgentConfig& config,
       graceTimer_(io),
       console_(std::make_shared<ConsoleOut>(io)) {
   if (config_.console == AgentConfig::Console::kCollapse) {
-    collapsed_ = std::make_shared<CollapsedConsole>(io_, console_);
+    collapsed_ = std::make_shared<CollapsedConsole>(io_, console_, config_.consoleWindow);
   }
 }
 

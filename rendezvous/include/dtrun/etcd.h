@@ -69,7 +69,7 @@ struct EtcdOp {
   bool prefix = false;  // kDelete, kGet: every key that starts with `key`
   std::string value;    // kPut
   std::int64_t lease = 0;
-  bool countOnly = false;              // kGet: only how many keys match (EtcdTxnResult::counts)
+  bool countOnly = false;  // kGet: only how many keys match (EtcdTxnResult::counts)
 };
 
 struct EtcdTxnResult {
