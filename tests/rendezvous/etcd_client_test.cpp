@@ -16,6 +16,7 @@
 
 #include "support/etcd_server.h"
 #include "support/etcd_skip.h"
+#include "support/loopback_listener.h"
 #include "support/process.h"
 
 using namespace std::chrono_literals;
@@ -45,16 +46,8 @@ bool oneLine(const std::string& text) { return text.find('\n') == std::string::n
 // member's port gives when another server took it.
 class NotFoundServer {
  public:
-  NotFoundServer() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    auto* raw = reinterpret_cast<sockaddr*>(&addr);  // NOLINT(*-reinterpret-cast): POSIX API
-    REQUIRE(::bind(fd_, raw, len) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    REQUIRE(::getsockname(fd_, raw, &len) == 0);
-    endpoint_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  NotFoundServer() {
+    fd_ = dtrun::testing::listenOnLoopback(endpoint_);
     thread_ = std::thread([this] { serve(); });
   }
   NotFoundServer(const NotFoundServer&) = delete;
@@ -118,7 +111,7 @@ class NotFoundServer {
     }
   }
 
-  int fd_;
+  int fd_ = -1;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
   std::atomic<int> answered_{0};

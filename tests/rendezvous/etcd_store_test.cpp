@@ -26,6 +26,7 @@
 #include "support/etcd_server.h"
 #include "support/etcd_skip.h"
 #include "support/keeper_thread.h"
+#include "support/loopback_listener.h"
 #include "support/process.h"
 
 using namespace std::chrono_literals;
@@ -63,21 +64,12 @@ std::unique_ptr<Store> storeOf(std::shared_ptr<EtcdClient> client,
 class LostAnswerProxy {
  public:
   LostAnswerProxy(const std::string& etcdEndpoint, std::function<void()> whileLost)
-      : whileLost_(std::move(whileLost)),
-        listener_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+      : whileLost_(std::move(whileLost)) {
+    listener_ = dtrun::testing::listenOnLoopback(endpoint_);
     target_.sin_family = AF_INET;
     target_.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     target_.sin_port = htons(
         static_cast<std::uint16_t>(std::stoi(etcdEndpoint.substr(etcdEndpoint.rfind(':') + 1))));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    auto* raw = reinterpret_cast<sockaddr*>(&addr);  // NOLINT(*-reinterpret-cast): POSIX API
-    REQUIRE(::bind(listener_, raw, len) == 0);
-    REQUIRE(::listen(listener_, 16) == 0);
-    REQUIRE(::getsockname(listener_, raw, &len) == 0);
-    endpoint_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
     thread_ = std::thread([this] { serve(); });
   }
   LostAnswerProxy(const LostAnswerProxy&) = delete;
@@ -160,7 +152,7 @@ class LostAnswerProxy {
   }
 
   std::function<void()> whileLost_;
-  int listener_;
+  int listener_ = -1;
   sockaddr_in target_{};
   std::string endpoint_;
   std::atomic<bool> armed_{false};
