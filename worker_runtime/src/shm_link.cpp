@@ -202,6 +202,7 @@ bool copyWith(pid_t pid, bool write, std::byte* local, std::uint64_t remote, std
               std::string& error) {
   while (n > 0) {
     iovec mine{local, n};
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): an address in the other process
     iovec theirs{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote)), n};
     const ssize_t got = write ? ::process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
                               : ::process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
@@ -237,6 +238,7 @@ void Link::openShared(std::uint64_t from, std::byte* to, std::size_t n) {
 
 bool Link::finishShared(std::string& error) {
   const std::uint64_t from = self_->from.load(std::memory_order_relaxed);
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): our own buffer's address, kept in the header
   auto* to = reinterpret_cast<std::byte*>(
       static_cast<std::uintptr_t>(self_->to.load(std::memory_order_relaxed)));
   const std::uint64_t bytes = self_->bytes.load(std::memory_order_relaxed);
@@ -303,6 +305,7 @@ bool Link::helpPeer(std::string& error) {
       continue;  // `claim` holds the current word now
     }
     const std::uint64_t at = index * kChunkBytes;
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): our own buffer's address, sent to the peer
     auto* local = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(from + at));
     const bool copied = copyWith(peer_->pid.load(std::memory_order_relaxed), true, local, to + at,
                                  std::min(kChunkBytes, bytes - at), error);
