@@ -8,7 +8,15 @@
 # (127.0.0.1) and the job-derived port; two processes on one node are refused (one line each,
 # exit 2); rank 0 away from mpirun's host is refused naming --master_addr, and runs with it; a
 # failing rank fails the job with its code. Every mpirun runs under timeout.
+# As root it runs in a network namespace of its own (its own loopback): the port dtrun derives
+# from mpirun's job id (20000 + id % 10000) is then never one another test holds (seen once in
+# the loaded flake table: "listen on 0.0.0.0:20241: Address already in use").
 set -euo pipefail
+if [[ -z ${DTRUN_MPIRUN_TEST_OWN_NET:-} && $(id -u) -eq 0 ]] && command -v unshare >/dev/null &&
+  unshare --net true 2>/dev/null; then
+  export DTRUN_MPIRUN_TEST_OWN_NET=1
+  exec unshare --net -- bash -c 'ip link set lo up && exec bash "$0" "$@"' "$0" "$@"
+fi
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" mpirun_test "$@"
