@@ -114,6 +114,7 @@ void Transport::readRemoteMessage(Peer& p) {
   Op* op = it != p.posted.end() ? *it : nullptr;
   std::string error;
   bool read = true;
+  Op* reading = nullptr;
   if (op != nullptr && op->bytes != length) {
     p.posted.erase(it);
     op->matched = true;
@@ -127,6 +128,8 @@ void Transport::readRemoteMessage(Peer& p) {
     if (read) {
       op->moved = length;
       complete(*op);
+    } else {
+      reading = op;  // out of `posted` already: failed below with the pair
     }
   } else {
     // Not posted yet (or combining): the bytes wait in a chunk, as a ring's message would.
@@ -142,11 +145,13 @@ void Transport::readRemoteMessage(Peer& p) {
   }
   if (!read) {
     // The sender waits for this read and will not send the bytes another way.
-    peerFailed(p,
-               "reading a message of " + std::to_string(length) + " bytes from " + peerName(p) +
-                   " failed: " + error +
-                   " (DTRUN_SHM_ONE_COPY_BYTES=0 sends them through the ring)",
-               true);
+    const std::string why = "reading a message of " + std::to_string(length) + " bytes from " +
+                            peerName(p) + " failed: " + error +
+                            " (without DTRUN_SHM_ONE_COPY_BYTES they go through the ring)";
+    if (reading != nullptr) {
+      fail(*reading, std::string(reading->opName) + ": " + why);
+    }
+    peerFailed(p, why, true);
     return;
   }
   p.shm->noteReadDone();
