@@ -33,6 +33,18 @@ while time.time() < deadline and status is None:
     done, code = os.waitpid(pid, os.WNOHANG)
     if done:
         status = code
+# What dtrun wrote before it exited may still wait in the terminal: read it all (EIO or EOF once
+# the last writer is gone; under load "got bob" was still unread when the exit was seen).
+while status is not None:
+    if not select.select([fd], [], [], 1.0)[0]:
+        break
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
 if status is None:
     os.kill(pid, 9)
     os.waitpid(pid, 0)

@@ -31,7 +31,8 @@ PY
 # hang_case <case> <console line pattern>: runs the case, wants exit 124 and that hang line.
 hang_case() {
   local rc=0
-  CASE=$1 timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=3 --report="$work/$1.json" \
+  mkdir -p "$work/barrier-$1"
+  CASE=$1 HANG_BARRIER_DIR=$work/barrier-$1 timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=3 --report="$work/$1.json" \
     --log_dir="$work/logs" --rdzv_id="$1" "$WORKER" >"$work/$1.out" 2>&1 || rc=$?
   if [[ $rc -ne 124 ]]; then
     tail -20 "$work/$1.out" >&2
@@ -65,7 +66,8 @@ check "$work/flight_recorder.json" '"nccl_trace_rank_1" in [x for x in r["hang"]
 pass "flight recorder: every rank's debug-info pipe written on the hang, the dumps named in the report"
 
 rc=0
-CASE=patched timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=5 --tee=3 \
+mkdir -p "$work/barrier-patched"
+CASE=patched HANG_BARRIER_DIR=$work/barrier-patched timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=5 --tee=3 \
   --log_dir="$work/logs" --rdzv_id=patched "$WORKER" >"$work/patched.out" 2>&1 || rc=$?
 [[ $rc -eq 0 ]] || { tail -20 "$work/patched.out" >&2; note_fail "patched: dtrun exited $rc, want 0"; }
 [[ $(grep -c "patched all_reduce ran 6 times, sum 729" "$work/patched.out") -eq 3 ]] ||

@@ -31,6 +31,22 @@ def sleep_before_init():
     time.sleep(3600)
 
 
+def meet_after_imports():
+    """Every rank waits here (a file barrier in $HANG_BARRIER_DIR, when set) until all have
+    imported torch: on a loaded machine an import can take longer than the test's --hang_timeout,
+    and ranks in init_process_group waiting that long for one still importing are a hang."""
+    directory = os.environ.get("HANG_BARRIER_DIR")
+    if not directory:
+        return
+    world = int(os.environ["WORLD_SIZE"])
+    open(os.path.join(directory, f"ready.{rank}"), "w").close()
+    deadline = time.monotonic() + 120
+    while len([f for f in os.listdir(directory) if f.startswith("ready.")]) < world:
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: the other ranks never finished their imports")
+        time.sleep(0.01)
+
+
 def serve_debug_info_pipe():
     import pickle
     import threading
@@ -56,6 +72,7 @@ def serve_debug_info_pipe():
     threading.Thread(target=watch, daemon=True).start()
 
 
+meet_after_imports()
 if case == "late_init" and rank == 1:
     sleep_before_init()
 if case == "flight_recorder":
