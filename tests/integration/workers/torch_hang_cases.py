@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from file_barrier import meet  # noqa: E402
+
 case = os.environ.get("CASE", "late_init")
 rank = int(os.environ["RANK"])
 if case == "no_dist":
@@ -36,15 +38,9 @@ def meet_after_imports():
     imported torch: on a loaded machine an import can take longer than the test's --hang_timeout,
     and ranks in init_process_group waiting that long for one still importing are a hang."""
     directory = os.environ.get("HANG_BARRIER_DIR")
-    if not directory:
-        return
-    world = int(os.environ["WORLD_SIZE"])
-    open(os.path.join(directory, f"ready.{rank}"), "w").close()
-    deadline = time.monotonic() + 120
-    while len([f for f in os.listdir(directory) if f.startswith("ready.")]) < world:
-        if time.monotonic() > deadline:
-            sys.exit(f"rank {rank}: the other ranks never finished their imports")
-        time.sleep(0.01)
+    if directory:
+        meet(directory, rank, int(os.environ["WORLD_SIZE"]), 120,
+             "the other ranks never finished their imports")
 
 
 def serve_debug_info_pipe():
