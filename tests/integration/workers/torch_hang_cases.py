@@ -16,8 +16,6 @@ import os
 import sys
 import time
 
-from file_barrier import meet  # noqa: E402
-
 case = os.environ.get("CASE", "late_init")
 rank = int(os.environ["RANK"])
 if case == "no_dist":
@@ -39,6 +37,9 @@ def meet_after_imports():
     and ranks in init_process_group waiting that long for one still importing are a hang."""
     directory = os.environ.get("HANG_BARRIER_DIR")
     if directory:
+        # Imported here: the script stays one file (docs/pytorch.md copies it alone).
+        from file_barrier import meet
+
         meet(directory, rank, int(os.environ["WORLD_SIZE"]), 120,
              "the other ranks never finished their imports")
 
