@@ -39,14 +39,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -68,6 +66,7 @@
 #include "dtrun/rendezvous.h"
 #include "dtrun/round.h"
 
+#include "bench_util.h"
 #include "round_codec.h"
 
 namespace {
@@ -94,7 +93,15 @@ using dtrun::rdzv::NodeRecord;
 using dtrun::rdzv::RoundMember;
 using dtrun::rdzv::RoundSettings;
 using dtrun::rdzv::StoreServer;
-using Clock = std::chrono::steady_clock;
+using dtrun::bench::Clock;
+using dtrun::bench::cpuSeconds;
+using dtrun::bench::fixed;
+using dtrun::bench::median;
+using dtrun::bench::msBetween;
+using dtrun::bench::parseEndpoint;
+using dtrun::bench::raiseFileLimit;
+using dtrun::bench::secondsOf;
+using dtrun::bench::waitForKeeper;
 using std::chrono::milliseconds;
 
 struct Options {
@@ -334,34 +341,6 @@ void* nodeThread(void* raw) {
   return nullptr;
 }
 
-// utime + stime of process `pid` (/proc/PID/stat), seconds; -1 if unreadable.
-double cpuSeconds(int pid) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(file, line)) {
-    return -1;
-  }
-  // After the command name's closing parenthesis: fields 3.. (utime and stime are 14 and 15).
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0;
-  unsigned long long stime = 0;
-  for (int i = 3; i <= 13 && rest >> field; ++i) {
-  }
-  if (!(rest >> utime >> stime)) {
-    return -1;
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-double secondsOf(Clock::time_point t) {
-  return std::chrono::duration<double>(t.time_since_epoch()).count();
-}
-
-double msBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 struct RunResult {
   int nodes = 0;
   bool ok = false;
@@ -374,59 +353,6 @@ struct RunResult {
   std::uint64_t maxOps = 0;
   double connectOpsPerNode = 0;
 };
-
-// Raises the soft descriptor limit to the hard one; returns the soft limit now in force.
-rlim_t raiseFileLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    return 0;
-  }
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
-      limit = raised;
-    }
-  }
-  return limit.rlim_cur;
-}
-
-bool parseEndpoint(const std::string& text, ClientOptions& out) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return false;
-  }
-  try {
-    const int port = std::stoi(text.substr(colon + 1));
-    if (port <= 0 || port > 65535) {
-      return false;
-    }
-    out.port = static_cast<std::uint16_t>(port);
-  } catch (const std::exception&) {
-    return false;
-  }
-  out.host = text.substr(0, colon);
-  if (out.host.size() > 2 && out.host.front() == '[' && out.host.back() == ']') {
-    out.host = out.host.substr(1, out.host.size() - 2);
-  }
-  return true;
-}
-
-// Waits for the keeper of `jobId` to open round 0 (its round key), so join() starts at once.
-dtrun::Status waitForKeeper(const ClientOptions& store, const std::string& jobId,
-                            milliseconds timeout) {
-  DTRUN_ASSIGN_OR_RETURN(const auto client, dtrun::rdzv::connectStore(store));
-  const std::vector<std::string> keys{dtrun::rdzv::detail::RoundKeys(jobId).round()};
-  return client->wait(keys, timeout);
-}
-
-std::string fixed(double v, int decimals) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(decimals);
-  out << v;
-  return out.str();
-}
 
 RunResult runOnce(const Options& options, int n, int rep) {
   RunResult result;
@@ -601,12 +527,6 @@ RunResult runOnce(const Options& options, int n, int rep) {
   keepers.reset();
   server.reset();
   return result;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t m = values.size() / 2;
-  return values.size() % 2 == 1 ? values[m] : (values[m - 1] + values[m]) / 2;
 }
 
 int runMain(int argc, char** argv) {
