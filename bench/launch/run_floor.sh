@@ -7,11 +7,12 @@
 # ratio to the floor (issue 32's target: <= 1.5x). Measures; asserts nothing.
 #
 # Usage: bench/launch/run_floor.sh
-# Environment: NPROCS="1 4 16"  REPEATS=21  DTRUN=build/launcher/dtrun  KEEP=1 (keep the work dir)
+# Environment: NPROCS="1 4 16"  REPEATS=21  BUILD=build  DTRUN=$BUILD/launcher/dtrun  KEEP=1 (keep
+# the work dir)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=$repo/build
+build=${BUILD:-$repo/build}
 nprocs=${NPROCS:-1 4 16}
 repeats=${REPEATS:-21}
 ninja -C "$build" dtrun launch_timer launch_floor >/dev/null

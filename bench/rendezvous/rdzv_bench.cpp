@@ -85,14 +85,6 @@ extern "C" ssize_t send(int fd, const void* buf, size_t n, int flags) {
 
 namespace {
 
-using dtrun::rdzv::Bytes;
-using dtrun::rdzv::ClientOptions;
-using dtrun::rdzv::JoinOutcome;
-using dtrun::rdzv::KeeperService;
-using dtrun::rdzv::NodeRecord;
-using dtrun::rdzv::RoundMember;
-using dtrun::rdzv::RoundSettings;
-using dtrun::rdzv::StoreServer;
 using dtrun::bench::Clock;
 using dtrun::bench::cpuSeconds;
 using dtrun::bench::fixed;
@@ -102,6 +94,14 @@ using dtrun::bench::parseEndpoint;
 using dtrun::bench::raiseFileLimit;
 using dtrun::bench::secondsOf;
 using dtrun::bench::waitForKeeper;
+using dtrun::rdzv::Bytes;
+using dtrun::rdzv::ClientOptions;
+using dtrun::rdzv::JoinOutcome;
+using dtrun::rdzv::KeeperService;
+using dtrun::rdzv::NodeRecord;
+using dtrun::rdzv::RoundMember;
+using dtrun::rdzv::RoundSettings;
+using dtrun::rdzv::StoreServer;
 using std::chrono::milliseconds;
 
 struct Options {

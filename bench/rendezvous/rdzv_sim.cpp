@@ -4,9 +4,10 @@
 // the same keys and payloads, against the real keeper (dtrun/round.h):
 //
 //   CHECK+GET round  ->  ADD arrivals (the ticket: slot = value - 1)  ->  QUEUE_PUSH inbox "join
-//   <round> <slot> <agent> <record>", then WAIT assign/<slot>  ->  CHECK+GET assign/<slot>
+//   <round> <slot> <agent> <record>", then WAIT_GET assign/<slot> (the assignment)
 //
-// (5 round trips, the push unanswered, each request its own send() as the client's.) A node
+// (4 round trips, the push unanswered, each request its own send() as the client's; with
+// --wait-get 0, the protocol before WAIT_GET: WAIT, then CHECK+GET, 5 round trips.) A node
 // needs one descriptor here (and one at the store) and no thread, so the simulator's CPU per node
 // is a fraction of rdzv_bench's (whose 16,384 threads compete with the store for the same cores)
 // and the largest round is bounded by the store's descriptors alone (RLIMIT_NOFILE; 20,000 per
@@ -21,7 +22,7 @@
 //
 // Output: one key=value line per run (as rdzv_bench's), then a table of medians.
 // Usage: rdzv_sim [--nodes 4096,16384] [--repeats R] [--loops L] [--connect HOST:PORT]
-//                 [--server-pid PID] [--timeout-s S]
+//                 [--server-pid PID] [--timeout-s S] [--wait-get 1|0]
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -30,13 +31,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <memory>
 #include <set>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,7 @@ struct Options {
   std::string connect;
   int serverPid = 0;
   int timeoutS = 120;
+  bool waitGet = true;
 };
 
 // Where a node is: each step waits for the replies of the requests it sent.
@@ -83,8 +85,8 @@ enum class Step : std::uint8_t {
   kIdle,        // connected, waiting for the start
   kRound,       // CHECK + GET of the round key
   kTicket,      // ADD on the round's arrivals
-  kWait,        // QUEUE_PUSH (no reply) and WAIT on the assignment key
-  kAssign,      // CHECK + GET of the assignment
+  kWait,        // QUEUE_PUSH (no reply) and WAIT on the assignment key (--wait-get 0)
+  kAssign,      // CHECK + GET of the assignment, or WAIT_GET's stop byte and value
   kDone,
   kFailed,
 };
@@ -152,12 +154,15 @@ class ReplyReader {
 
 // One run's shared facts: the keys, the settings, the nodes, and the start signal.
 struct Run {
+  bool waitGet = true;
   std::string jobId;
   dtrun::rdzv::detail::RoundKeys keys{""};
   std::vector<Node> nodes;
   std::atomic<int> go{0};
   std::atomic<bool> cancel{false};
 };
+
+std::string errorText(int error) { return std::generic_category().message(error); }
 
 void encode(Node& node, const wire::Request& request) {
   static_cast<void>(wire::encodeRequest(wire::Dialect::kV2, request, node.out));
@@ -184,7 +189,7 @@ class EventLoop {
     for (Node* node : mine_) {
       node->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (node->fd < 0) {
-        fail(*node, std::string("socket: ") + std::strerror(errno));
+        fail(*node, std::string("socket: ") + errorText(errno));
         continue;
       }
       const int one = 1;
@@ -192,7 +197,7 @@ class EventLoop {
       // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
       if (::connect(node->fd, reinterpret_cast<const sockaddr*>(&store), sizeof store) != 0 &&
           errno != EINPROGRESS) {
-        fail(*node, std::string("connect: ") + std::strerror(errno));
+        fail(*node, std::string("connect: ") + errorText(errno));
         continue;
       }
       watch(*node, EPOLLOUT, EPOLL_CTL_ADD);
@@ -230,7 +235,7 @@ class EventLoop {
     event.events = events;
     event.data.ptr = &node;
     if (::epoll_ctl(epoll_, op, node.fd, &event) != 0) {
-      fail(node, std::string("epoll_ctl: ") + std::strerror(errno));
+      fail(node, std::string("epoll_ctl: ") + errorText(errno));
     }
   }
 
@@ -270,7 +275,7 @@ class EventLoop {
       socklen_t length = sizeof error;
       static_cast<void>(::getsockopt(node.fd, SOL_SOCKET, SO_ERROR, &error, &length));
       if (error != 0) {
-        fail(node, std::string("connect: ") + std::strerror(error));
+        fail(node, std::string("connect: ") + errorText(error));
         return;
       }
       node.step = Step::kHandshake;
@@ -295,7 +300,7 @@ class EventLoop {
         if (errno == EAGAIN) {
           break;
         }
-        fail(node, std::string("send: ") + std::strerror(errno));
+        fail(node, std::string("send: ") + errorText(errno));
         return;
       }
       node.out.erase(0, static_cast<std::size_t>(sent));
@@ -318,8 +323,8 @@ class EventLoop {
       if (got < 0 && errno == EAGAIN) {
         break;
       }
-      fail(node, got == 0 ? "the store closed the connection"
-                          : std::string("recv: ") + std::strerror(errno));
+      fail(node,
+           got == 0 ? "the store closed the connection" : std::string("recv: ") + errorText(errno));
       return;
     }
     while (node.step != Step::kFailed && advance(node)) {
@@ -354,8 +359,9 @@ class EventLoop {
           return false;
         }
         node.step = Step::kTicket;
-        encode(node, wire::Request{
-                         .op = wire::Op::kAdd, .key = run_.keys.arrivals(node.round), .integer = 1});
+        encode(node,
+               wire::Request{
+                   .op = wire::Op::kAdd, .key = run_.keys.arrivals(node.round), .integer = 1});
         write(node);
         break;
       }
@@ -365,7 +371,7 @@ class EventLoop {
           return false;
         }
         node.slot = static_cast<int>(ticket - 1);
-        node.step = Step::kWait;
+        node.step = run_.waitGet ? Step::kAssign : Step::kWait;
         sendJoin(node);
         break;
       }
@@ -412,13 +418,17 @@ class EventLoop {
     self.host = "sim-" + std::to_string(node.index);
     self.agentId = self.host + ":" + std::to_string(::getpid());
     self.nproc = 1;
-    const std::string message = wire::encodeMessage(wire::KeeperMessage{
-        "join", node.round, node.slot, self.agentId, wire::encodeRecord(self)});
+    const std::string message = wire::encodeMessage(
+        wire::KeeperMessage{"join", node.round, node.slot, self.agentId, wire::encodeRecord(self)});
     const std::string inbox = run_.keys.inbox();
     encode(node, wire::Request{.op = wire::Op::kQueuePush, .key = inbox, .value = message});
     write(node);
     const std::string key = run_.keys.assign(node.round, node.slot);
-    encode(node, wire::Request{.op = wire::Op::kWait, .keys = {key}});
+    if (run_.waitGet) {
+      encode(node, wire::Request{.op = wire::Op::kWaitGet, .key = key});
+    } else {
+      encode(node, wire::Request{.op = wire::Op::kWait, .keys = {key}});
+    }
     write(node);
   }
 
@@ -430,7 +440,7 @@ class EventLoop {
 struct RunResult {
   bool ok = false;
   double closeMs = 0;
-  double simCpuMs = 0;     // this process's CPU time during the joins
+  double simCpuMs = 0;      // this process's CPU time during the joins
   double serverCpuMs = -1;  // the store's (in process: included in simCpuMs; --server-pid: apart)
   double connectMs = 0;
 };
@@ -462,6 +472,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
     dtrun::bench::parseEndpoint(options.connect, store);
   }
   Run run;
+  run.waitGet = options.waitGet;
   run.jobId = "sim-" + std::to_string(n) + "-" + std::to_string(rep) + "-" +
               std::to_string(::getpid()) + "-" +
               std::to_string(Clock::now().time_since_epoch().count());
@@ -480,7 +491,8 @@ RunResult runOnce(const Options& options, int n, int rep) {
     std::cerr << "rdzv_sim: publishing the settings: " << member.status().toString() << "\n";
     return result;
   }
-  if (auto s = dtrun::bench::waitForKeeper(store, run.jobId, std::chrono::seconds(options.timeoutS));
+  if (auto s =
+          dtrun::bench::waitForKeeper(store, run.jobId, std::chrono::seconds(options.timeoutS));
       !s.isOk()) {
     std::cerr << "rdzv_sim: the keeper did not open round 0: " << s.toString() << "\n";
     return result;
@@ -499,6 +511,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
     run.nodes[static_cast<std::size_t>(i)].index = i;
   }
   std::vector<std::unique_ptr<EventLoop>> loops;
+  loops.reserve(static_cast<std::size_t>(options.loops));
   for (int l = 0; l < options.loops; ++l) {
     loops.push_back(std::make_unique<EventLoop>(run, l, options.loops));
   }
@@ -506,9 +519,11 @@ RunResult runOnce(const Options& options, int n, int rep) {
   const auto connectStart = Clock::now();
   {
     std::vector<std::jthread> threads;
+    threads.reserve(loops.size());
     for (auto& loop : loops) {
-      threads.emplace_back(
-          [&loop, &address, deadline = connectStart + limit] { loop->connectAll(address, deadline); });
+      threads.emplace_back([&loop, &address, deadline = connectStart + limit] {
+        loop->connectAll(address, deadline);
+      });
     }
   }
   result.connectMs = msBetween(connectStart, Clock::now());
@@ -517,6 +532,7 @@ RunResult runOnce(const Options& options, int n, int rep) {
   const double selfCpu0 = dtrun::bench::cpuSeconds(::getpid());
   {
     std::vector<std::jthread> threads;
+    threads.reserve(loops.size());
     const auto deadline = Clock::now() + limit;
     for (auto& loop : loops) {
       threads.emplace_back([&loop, deadline] { loop->joinAll(deadline); });
@@ -583,6 +599,9 @@ int runMain(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--timeout-s", options.timeoutS, "Bound on each phase of a run (s)")
       ->check(CLI::Range(1, 3600));
+  app.add_option("--wait-get", options.waitGet,
+                 "1: the assignment with WAIT_GET (RoundMember's requests); 0: WAIT, then "
+                 "CHECK+GET (the protocol before it)");
   CLI11_PARSE(app, argc, argv);
 
   dtrun::rdzv::ClientOptions probe;
@@ -608,10 +627,10 @@ int runMain(int argc, char** argv) {
     for (int rep = 0; rep < options.repeats && allOk; ++rep) {
       const RunResult r = runOnce(options, n, rep);
       std::cout << "rdzv_sim nodes=" << n << " rep=" << rep << " loops=" << options.loops
-                << " close_ms=" << fixed(r.closeMs, 3) << " sim_cpu_ms=" << fixed(r.simCpuMs, 0)
+                << " wait_get=" << (options.waitGet ? 1 : 0) << " close_ms=" << fixed(r.closeMs, 3)
+                << " sim_cpu_ms=" << fixed(r.simCpuMs, 0)
                 << " server_cpu_ms=" << fixed(r.serverCpuMs, 0)
-                << " connect_ms=" << fixed(r.connectMs, 1) << " ok=" << (r.ok ? 1 : 0)
-                << std::endl;
+                << " connect_ms=" << fixed(r.connectMs, 1) << " ok=" << (r.ok ? 1 : 0) << std::endl;
       allOk = allOk && r.ok;
       closes.push_back(r.closeMs);
     }
@@ -625,9 +644,10 @@ int runMain(int argc, char** argv) {
   for (const auto& [n, closes] : rows) {
     std::printf("%8d | %15s\n", n, fixed(dtrun::bench::median(closes), 2).c_str());
   }
-  std::printf("\nclose time = first join started -> last node has its assignment (median of %d "
-              "run(s)), %d event loop(s)\n",
-              options.repeats, options.loops);
+  std::printf(
+      "\nclose time = first join started -> last node has its assignment (median of %d "
+      "run(s)), %d event loop(s)\n",
+      options.repeats, options.loops);
   static_cast<void>(std::fflush(stdout));
   return allOk ? 0 : 1;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The largest rounds this machine can hold, simulated two ways against one `dtrun store` process
 # (which hosts the keepers), alternating within every repeat: rdzv_bench (a thread per node, one
-# connection each) and rdzv_sim (the same requests from nodes on event loops, no thread per node).
+# connection each), rdzv_sim (the same requests from nodes on event loops, no thread per node) and
+# rdzv_sim --wait-get 0 (the join before WAIT_GET: WAIT, then CHECK+GET, one more round trip).
 # Prints each size's median close time and the CPU one round cost the store and the simulator:
 # the store's share is the protocol's cost, the simulator's what it took to play the nodes.
 # Measures; asserts nothing beyond correctness (a wrong or missing assignment fails a run).
@@ -65,7 +66,8 @@ run() {  # run IMPL N: one round, appended to results ("-" when it failed)
     line=$(grep "^rdzv_bench nodes=$n " "$out" || true)
     cpu=$(field nodes_cpu_ms "$line")
   else
-    "$build/bench/rendezvous/rdzv_sim" --nodes "$n" --loops "$loops" "${store[@]}" >"$out" 2>"$out.err" || true
+    "$build/bench/rendezvous/rdzv_sim" --nodes "$n" --loops "$loops" "${store[@]}" \
+      --wait-get "$([[ $impl == events ]] && echo 1 || echo 0)" >"$out" 2>"$out.err" || true
     line=$(grep "^rdzv_sim nodes=$n " "$out" || true)
     cpu=$(field sim_cpu_ms "$line")
   fi
@@ -80,6 +82,7 @@ for n in $nodes; do
   for ((rep = 0; rep < repeats; rep++)); do
     if ((n <= thread_max)); then run threads "$n"; fi
     run events "$n"
+    run events-wait "$n"
   done
   echo "  $n nodes done" >&2
 done
@@ -87,17 +90,20 @@ done
 col() { awk -v i="$1" -v n="$2" -v c="$3" '$1 == i && $2 == n && $c != "-" {print $c}' "$results" | median; }
 echo
 echo "One round of N nodes against a \`dtrun store\` process, medians of $repeats (ms; CPU in CPU-ms)"
-printf '%7s | %-26s | %9s | %13s | %13s | %12s\n' nodes simulator close "store CPU" "sim CPU" \
+printf '%7s | %-28s | %9s | %13s | %13s | %12s\n' nodes simulator close "store CPU" "sim CPU" \
   "store us/node"
-printf '%s\n' "--------+----------------------------+-----------+---------------+---------------+-------------"
+printf '%s\n' "--------+------------------------------+-----------+---------------+---------------+-------------"
 for n in $nodes; do
-  for impl in threads events; do
-    [[ $impl == events ]] || ((n <= thread_max)) || continue
-    name="rdzv_bench (threads)"
-    [[ $impl == threads ]] || name="rdzv_sim ($loops event loop(s))"
+  for impl in threads events events-wait; do
+    [[ $impl != threads ]] || ((n <= thread_max)) || continue
+    case $impl in
+      threads) name="rdzv_bench (threads)" ;;
+      events) name="rdzv_sim" ;;
+      *) name="rdzv_sim, WAIT + CHECK+GET" ;;
+    esac
     store_cpu=$(col "$impl" "$n" 5)
     per=$(awk -v c="$store_cpu" -v n="$n" 'BEGIN {if (c + 0 > 0) printf "%.0f", c * 1000 / n; else print "-"}')
-    printf '%7s | %-26s | %9s | %13s | %13s | %12s\n' "$n" "$name" "$(col "$impl" "$n" 3)" \
+    printf '%7s | %-28s | %9s | %13s | %13s | %12s\n' "$n" "$name" "$(col "$impl" "$n" 3)" \
       "$store_cpu" "$(col "$impl" "$n" 4)" "$per"
   done
 done

@@ -60,6 +60,7 @@ class KvState {
   bool wait(ClientId client, const std::vector<std::string_view>& keys);
   // Drops every pending wait and barrier of `client`; returns how many there were.
   std::size_t cancelWaits(ClientId client);
+  [[nodiscard]] bool waiting(ClientId client) const { return waitsByClient_.contains(client); }
   // Counts an arrival at barrier `key` (stored as a decimal counter, like ADD). True if the count
   // has reached `worldSize`; otherwise the client waits until it does.
   Result<bool> barrier(ClientId client, std::string_view key, std::int64_t worldSize);

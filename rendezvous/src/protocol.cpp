@@ -138,6 +138,7 @@ bool readFields(FieldReader& reader, Request& out) {
     case Op::kCompareSet:
       return reader.key(out.key) && reader.value(out.value) && reader.value(out.desired);
     case Op::kGet:
+    case Op::kWaitGet:
     case Op::kWatchKey:
     case Op::kDeleteKey:
     case Op::kQueuePop:
@@ -224,6 +225,8 @@ std::string_view opName(Op op) {
       return "AUTH_CHALLENGE";
     case Op::kAuthProof:
       return "AUTH_PROOF";
+    case Op::kWaitGet:
+      return "WAIT_GET";
   }
   return "UNKNOWN";
 }
@@ -243,6 +246,9 @@ std::optional<Op> opFromWire(Dialect dialect, std::uint8_t byte) {
   }
   if (byte == kAuthProofOpcode) {
     return Op::kAuthProof;
+  }
+  if (byte == kWaitGetOpcode) {
+    return Op::kWaitGet;
   }
   return std::nullopt;
 }
@@ -264,6 +270,9 @@ std::optional<std::uint8_t> wireFromOp(Dialect dialect, Op op) {
   }
   if (op == Op::kAuthProof) {
     return kAuthProofOpcode;
+  }
+  if (op == Op::kWaitGet) {
+    return kWaitGetOpcode;
   }
   return find(kV2Table);
 }
@@ -372,6 +381,7 @@ bool encodeRequest(Dialect dialect, const Request& request, std::string& out) {
       appendBytes(out, request.desired);
       break;
     case Op::kGet:
+    case Op::kWaitGet:
     case Op::kWatchKey:
     case Op::kDeleteKey:
     case Op::kQueuePop:

@@ -43,11 +43,16 @@ enum class Op : std::uint8_t {
   // dtrun's own, torch >= 2.2 dialect only, at opcodes far from torch's: the token handshake.
   kAuthChallenge,  // client nonce -> server nonce
   kAuthProof,      // HMAC(token, nonces) -> kAuthAccepted (or the connection closes)
+  // WAIT on one key, answered with kStopWaiting and the key's value (u64 length + bytes) once it
+  // is present: a WAIT and the GET after it in one round trip. A connection has at most one
+  // wait pending while it waits this way; CANCEL_WAIT cancels it as a WAIT.
+  kWaitGet,
 };
 
-// Wire opcodes of the handshake operations (not in torch's table).
+// Wire opcodes of dtrun's own operations (not in torch's table).
 constexpr std::uint8_t kAuthChallengeOpcode = 0xA0;
 constexpr std::uint8_t kAuthProofOpcode = 0xA1;
+constexpr std::uint8_t kWaitGetOpcode = 0xA2;
 constexpr std::size_t kAuthFieldMax = 64;  // nonces and proofs are 32 bytes
 
 std::string_view opName(Op op);

@@ -209,7 +209,6 @@ class StoreRoundMember final : public RoundMember {
   Result<Bytes> waitAndGet(const std::string& key, Clock::time_point deadline,
                            const std::atomic<bool>& cancel,
                            const std::function<void(const std::string&)>& progress, int r) {
-    const std::vector<std::string> keys{key};
     auto nextProgress = Clock::now() + kProgressEvery;
     for (;;) {
       if (cancel.load()) {
@@ -227,16 +226,15 @@ class StoreRoundMember final : public RoundMember {
                           : "; " + last));
       }
       const auto slice = std::min(slice_, std::chrono::duration_cast<milliseconds>(deadline - now));
-      const auto s = waiter_->wait(keys, std::max(slice, milliseconds(1)));
-      if (s.isOk()) {
-        DTRUN_ASSIGN_OR_RETURN(auto value, waiter_->tryGet(key));
-        if (value) {
-          return std::move(*value);
+      auto got = waiter_->waitGet(key, std::max(slice, milliseconds(1)));
+      if (got.isOk()) {
+        if (got.value()) {
+          return std::move(*got.value());
         }
         continue;  // deleted between the wait and the read: wait again
       }
-      if (s.code() != Errc::kTimeout) {
-        return s;
+      if (got.status().code() != Errc::kTimeout) {
+        return got.status();
       }
       if (r >= 0 && Clock::now() >= nextProgress && progress) {
         nextProgress = Clock::now() + kProgressEvery;

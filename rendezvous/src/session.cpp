@@ -54,7 +54,7 @@ void ServerCore::closeAll() {
 void ServerCore::onWaitReleased(ClientId client) {
   const auto it = sessions_.find(client);
   if (it != sessions_.end()) {
-    it->second->notify(std::string_view(&kStopWaiting, 1));
+    it->second->onWaitReleased();
   }
 }
 
@@ -252,6 +252,36 @@ bool Session::authenticate(const Request& request) {
   return true;
 }
 
+void Session::onWaitReleased() {
+  if (!waitGetKey_) {
+    notify(std::string_view(&kStopWaiting, 1));
+    return;
+  }
+  std::string reply(1, kStopWaiting);
+  const std::string* value = core_.kv().get(*waitGetKey_);
+  appendBytes(reply, value != nullptr ? *value : std::string_view{});
+  waitGetKey_.reset();
+  notify(reply);
+}
+
+bool Session::waitGet(std::string_view key) {
+  KvState& kv = core_.kv();
+  if (kv.waiting(id_)) {
+    close("WAIT_GET while another wait of this connection is pending", true);
+    return false;
+  }
+  if (!kv.wait(id_, {key})) {
+    waitGetKey_.emplace(key);
+    return true;
+  }
+  std::string& reply = scratch_;
+  reply.assign(1, kStopWaiting);
+  const std::string* value = kv.get(key);
+  appendBytes(reply, value != nullptr ? *value : std::string_view{});
+  send(reply);
+  return true;
+}
+
 bool Session::dispatch(const Request& request) {
   const bool handshake = request.op == Op::kValidate || request.op == Op::kPing ||
                          request.op == Op::kAuthChallenge || request.op == Op::kAuthProof;
@@ -300,7 +330,13 @@ bool Session::dispatch(const Request& request) {
     case Op::kCheck:
       reply.push_back(kv.check(request.keys) ? kCheckReady : kCheckNotReady);
       break;
+    case Op::kWaitGet:
+      return waitGet(request.key);
     case Op::kWait:
+      if (waitGetKey_) {
+        close("WAIT while a WAIT_GET of this connection is pending", true);
+        return false;
+      }
       if (kv.wait(id_, request.keys)) {
         reply.push_back(kStopWaiting);
       }
@@ -331,6 +367,7 @@ bool Session::dispatch(const Request& request) {
       return true;
     case Op::kCancelWait:
       static_cast<void>(kv.cancelWaits(id_));
+      waitGetKey_.reset();
       reply.push_back(kWaitCanceled);
       break;
     case Op::kPing:
@@ -356,6 +393,10 @@ bool Session::dispatch(const Request& request) {
       kv.forEachKey([&reply](const std::string& key) { appendBytes(reply, key); });
       break;
     case Op::kBarrier: {
+      if (waitGetKey_) {
+        close("BARRIER while a WAIT_GET of this connection is pending", true);
+        return false;
+      }
       auto released = kv.barrier(id_, request.key, request.integer);
       if (!released.isOk()) {
         close("BARRIER: " + released.status().message(), true);

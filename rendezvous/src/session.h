@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -81,8 +82,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // `reason` is logged (warn when `error`, else debug); pending waits are dropped.
   void close(std::string_view reason, bool error);
   [[nodiscard]] ClientId id() const { return id_; }
+  // This client's wait (or barrier) was released: kStopWaiting, with the value for a WAIT_GET.
+  void onWaitReleased();
 
  private:
+  // WAIT_GET: the value now, or a wait; refused while another wait of this client is pending
+  // (a release names no wait, so one at a time tells which reply it owes).
+  bool waitGet(std::string_view key);
   void readSome();
   void onRead(const boost::system::error_code& ec, std::size_t n);
   // processInput until it pauses or the buffer holds no complete request; false once closed or
@@ -120,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string outPending_;
   std::string outWriting_;
   std::string scratch_;
+  std::optional<std::string> waitGetKey_;  // the key of the pending WAIT_GET, if one is
   bool writing_ = false;
   bool dispatching_ = false;
   bool closed_ = false;

@@ -98,6 +98,76 @@ class TcpStore final : public Store, private detail::StoreConnection {
     return waitForStop(r, "wait(" + describeKeys(keys) + ")", timeout);
   }
 
+  Result<std::optional<Bytes>> waitGet(std::string_view key, milliseconds timeout) override {
+    if (dialect_ != detail::Dialect::kV2 || !waitGetServed_) {
+      return Store::waitGet(key, timeout);
+    }
+    const auto until = Clock::now() + timeout;
+    const std::string what = "wait_get(" + std::string(key) + ")";
+    if (!fd_.valid()) {
+      DTRUN_TRY(connectUntil(until).withContext(what));
+    }
+    bool released = false;  // the kStopWaiting came: the value follows
+    Bytes value;
+    const auto readReply = [&](Clock::time_point dl) {
+      if (!released) {
+        char reply = 0;
+        DTRUN_TRY(readByte(reply, dl));
+        if (reply != detail::kStopWaiting) {
+          return Status::protocol(what + ": unexpected reply byte " +
+                                  std::to_string(static_cast<int>(reply)));
+        }
+        released = true;
+      }
+      return readBytes(value, dl);
+    };
+    const Status s = call(Request{.op = Op::kWaitGet, .key = key}, what, until, readReply,
+                          /*keepOnTimeout=*/true);
+    if (s.isOk()) {
+      waitGetConfirmed_ = true;
+      return std::optional<Bytes>(std::move(value));
+    }
+    if (s.code() != Errc::kTimeout) {
+      if (!waitGetConfirmed_) {
+        // A store from before WAIT_GET closes the connection on its opcode: wait, then read.
+        waitGetServed_ = false;
+        return Store::waitGet(
+            key, std::max(milliseconds(1),
+                          std::chrono::duration_cast<milliseconds>(until - Clock::now())));
+      }
+      return s;
+    }
+    const Status timedOut = Status::timeout(what + " on " + peer_ + ": not satisfied within " +
+                                            std::to_string(timeout.count()) + "ms");
+    if (released) {  // cut off inside the value: the key is there, a new connection reads it
+      drop();
+      return timedOut;
+    }
+    // Cancel the wait; a release that crossed the cancel brings the value before WAIT_CANCELED.
+    const auto cancelDeadline = deadline();
+    Status c =
+        writeAll(std::string(1, static_cast<char>(*detail::wireFromOp(dialect_, Op::kCancelWait))),
+                 cancelDeadline);
+    char reply = 0;
+    if (c.isOk()) {
+      c = readByte(reply, cancelDeadline);
+    }
+    if (c.isOk() && reply == detail::kStopWaiting) {
+      released = true;
+      c = readBytes(value, cancelDeadline);
+      if (c.isOk()) {
+        c = readByte(reply, cancelDeadline);
+      }
+    }
+    if (!c.isOk() || reply != detail::kWaitCanceled) {
+      drop();  // the connection's replies are out of step: the next call reconnects
+    }
+    if (released && c.isOk()) {
+      return std::optional<Bytes>(std::move(value));
+    }
+    return timedOut;
+  }
+
   Result<std::int64_t> numKeys() override {
     Request r{.op = Op::kNumKeys};
     return callForInt(r, "num_keys()");
@@ -285,6 +355,8 @@ class TcpStore final : public Store, private detail::StoreConnection {
   }
 
   std::uint32_t pingCount_ = 0;
+  bool waitGetServed_ = true;      // false once the store turned WAIT_GET away
+  bool waitGetConfirmed_ = false;  // the store answered one
 };
 
 }  // namespace

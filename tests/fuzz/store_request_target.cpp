@@ -76,6 +76,9 @@ void execute(KvState& kv, ClientId client, const Request& r) {
     case Op::kWait:
       static_cast<void>(kv.wait(client, r.keys));
       break;
+    case Op::kWaitGet:
+      static_cast<void>(kv.wait(client, {r.key}));
+      break;
     case Op::kWatchKey:
       kv.watch(client, r.key);
       break;

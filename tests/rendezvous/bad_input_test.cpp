@@ -67,6 +67,45 @@ TEST_CASE("a 2^60 length closes the connection without allocating it",
   requireServing(*healthy, 0);
 }
 
+TEST_CASE("a WAIT_GET beside another pending wait closes that connection only",
+          "[integration][rdzv][robustness]") {
+  auto server = dtrun::testing::startServer();
+  auto healthy = dtrun::testing::connect(server->port());
+  // A release names no wait: with two pending the server could not tell which reply it owes.
+  for (const bool waitFirst : {true, false}) {
+    RawClient both(server->port());
+    std::string wire = unhex("00cef7853c");  // VALIDATE
+    const auto waitOn = [&wire](const char* key) {
+      wire += unhex("06");  // WAIT, one key
+      appendU64(wire, 1);
+      appendBytes(wire, key);
+    };
+    const auto waitGetOn = [&wire](const char* key) {
+      wire += unhex("a2");  // WAIT_GET
+      appendBytes(wire, key);
+    };
+    if (waitFirst) {
+      waitOn("/a");
+      waitGetOn("/b");
+    } else {
+      waitGetOn("/b");
+      waitOn("/a");
+    }
+    both.send(wire);
+    CHECK(both.closedByPeer());
+  }
+  RawClient one(server->port());
+  std::string wire = unhex("00cef7853c");
+  wire += unhex("a2");
+  appendBytes(wire, "/c");
+  one.send(wire);
+  REQUIRE(healthy->set("/c", "v").isOk());
+  std::string expected = unhex("00");  // STOP_WAITING, then the value
+  appendBytes(expected, "v");
+  CHECK(one.recv(expected.size()) == expected);
+  requireServing(*healthy, 0);
+}
+
 TEST_CASE("a value over the configured limit closes the connection",
           "[integration][rdzv][robustness]") {
   dtrun::rdzv::ServerOptions options;

@@ -27,7 +27,7 @@ Request sampleRequest(Op op) {
 
 TEST_CASE("every operation round-trips through encode and parse in each dialect", "[unit][rdzv]") {
   for (const auto dialect : {Dialect::kLegacy, Dialect::kV2}) {
-    for (int i = 0; i <= static_cast<int>(Op::kBarrier); ++i) {
+    for (int i = 0; i <= static_cast<int>(Op::kWaitGet); ++i) {
       const auto op = static_cast<Op>(i);
       const Request in = sampleRequest(op);
       std::string wire;
@@ -97,6 +97,10 @@ TEST_CASE("the newer dialect numbers operations as torch >= 2.2 does", "[unit][r
   CHECK(wireFromOp(Dialect::kLegacy, Op::kWatchKey) == 7);
   CHECK(wireFromOp(Dialect::kLegacy, Op::kDeleteKey) == 8);
   CHECK_FALSE(opFromWire(Dialect::kV2, 19).has_value());
+  // dtrun's own, far from torch's table: the handshake's and WAIT_GET.
+  CHECK(wireFromOp(Dialect::kV2, Op::kWaitGet) == 0xA2);
+  CHECK(opFromWire(Dialect::kV2, 0xA2) == Op::kWaitGet);
+  CHECK_FALSE(wireFromOp(Dialect::kLegacy, Op::kWaitGet).has_value());
   CHECK_FALSE(opFromWire(Dialect::kLegacy, 9).has_value());
 }
 

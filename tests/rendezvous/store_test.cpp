@@ -87,6 +87,39 @@ TEST_CASE("a timed-out wait is cancelled and the connection stays usable", "[int
   CHECK(store->add("counter", 1).value() == 2);
 }
 
+TEST_CASE("wait_get answers with the value, waits for a late key, and times out cleanly",
+          "[integration][rdzv]") {
+  auto server = startServer();
+  auto store = connect(server->port());
+  REQUIRE(store->set("here", "v").isOk());
+  REQUIRE(store->set("empty", "").isOk());
+  CHECK(store->waitGet("here", 1s).value() == std::optional<std::string>("v"));
+  CHECK(store->waitGet("empty", 1s).value() == std::optional<std::string>(""));
+
+  std::thread writer([port = server->port()] {
+    auto other = connect(port);
+    std::this_thread::sleep_for(100ms);
+    static_cast<void>(other->set("late", "there"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto late = store->waitGet("late", 10s);
+  writer.join();
+  CHECK(late.value() == std::optional<std::string>("there"));
+  CHECK(std::chrono::steady_clock::now() - start >= 90ms);
+
+  const auto timedOut = store->waitGet("never", 150ms);
+  CHECK(timedOut.status().code() == Errc::kTimeout);
+  CHECK_THAT(timedOut.status().message(), Catch::Contains("wait_get(never)"));
+  CHECK_THAT(timedOut.status().message(), Catch::Contains("150ms"));
+  // The cancelled wait must not answer later: the set below would otherwise put a stale reply
+  // in front of the next ones.
+  auto other = connect(server->port());
+  REQUIRE(other->set("never", "1").isOk());
+  CHECK(store->add("counter", 1).value() == 1);
+  CHECK(store->waitGet("never", 1s).value() == std::optional<std::string>("1"));
+  CHECK(store->add("counter", 1).value() == 2);
+}
+
 TEST_CASE("a barrier returns for everyone once the world has arrived", "[integration][rdzv]") {
   auto server = startServer();
   constexpr int kWorld = 8;

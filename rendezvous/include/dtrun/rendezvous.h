@@ -4,6 +4,7 @@
 // NOT thread-safe: use one per thread (each call blocks, one request in flight).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -101,6 +102,14 @@ class Store {
   // Waits until every key exists. On timeout the server is told to forget the wait and the
   // connection stays usable; the Status is kTimeout.
   virtual Status wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) = 0;
+  // wait() on one key, then its value; nullopt when it was deleted between the two. By default
+  // two requests; dtrun's store answers both in one round trip (WAIT_GET).
+  virtual Result<std::optional<Bytes>> waitGet(std::string_view key,
+                                               std::chrono::milliseconds timeout) {
+    const std::array<std::string, 1> keys{std::string(key)};
+    DTRUN_TRY(wait(keys, timeout));
+    return tryGet(key);
+  }
   virtual Result<std::int64_t> numKeys() = 0;
   virtual Result<bool> deleteKey(std::string_view key) = 0;
   virtual Status append(std::string_view key, std::string_view value) = 0;
