@@ -77,7 +77,9 @@ logdir() { echo "$work/$1/logs/$1/attempt_${2:-0}"; }
 # Shows why a run failed: dtrun's stderr tail and every FAIL line of every rank.
 show() {  # <name>
   grep -E '^ +(rank|exitcode|traceback) +:|^dtrun' "$work/$1.err" | head -n 6 | sed 's/^/    | /' >&2 || true
-  grep -H '^FAIL' "$work/$1/logs/$1"/attempt_*/*/stdout.log 2>/dev/null | head -n 40 |
+  # INFO too: when each rank caught what, e.g. a survivor that saw its error only when another
+  # survivor left (gloo's early_exit: 'caught after 10.0 s', naming the rank that left).
+  grep -H -E '^(FAIL|INFO)' "$work/$1/logs/$1"/attempt_*/*/stdout.log 2>/dev/null | head -n 40 |
     sed "s|$work/||; s/^/    > /" >&2 || true
   grep -h -v '^\[' "$work/$1/logs/$1"/attempt_*/*/stderr.log 2>/dev/null | head -n 10 |
     sed 's/^/    ! /' >&2 || true
