@@ -145,6 +145,15 @@ class ReplyReader {
     pos_ += static_cast<std::size_t>(length);
     return true;
   }
+  // A status byte and a value: CHECK + GET's replies, or WAIT_GET's.
+  bool byteAndBytes(char& status, std::string& value) {
+    const std::size_t start = pos_;
+    if (byte(status) && bytes(value)) {
+      return true;
+    }
+    pos_ = start;
+    return false;
+  }
   [[nodiscard]] std::size_t consumed() const { return pos_; }
 
  private:
@@ -350,7 +359,7 @@ class EventLoop {
       case Step::kRound: {
         char present = 0;
         std::string text;
-        if (!reader.byte(present) || !reader.bytes(text)) {
+        if (!reader.byteAndBytes(present, text)) {
           return false;
         }
         if (present != wire::kCheckReady ||
@@ -390,13 +399,13 @@ class EventLoop {
       case Step::kAssign: {
         char present = 0;
         std::string text;
-        if (!reader.byte(present) || !reader.bytes(text)) {
+        if (!reader.byteAndBytes(present, text)) {
           return false;
         }
         node.joinEnd = Clock::now();
         const auto value = wire::decodeAssign(text);
-        if (present != wire::kCheckReady || !value ||
-            value->kind != wire::AssignValue::Kind::kMember) {
+        const char ready = run_.waitGet ? wire::kStopWaiting : wire::kCheckReady;
+        if (present != ready || !value || value->kind != wire::AssignValue::Kind::kMember) {
           fail(node, "no member's assignment: '" + text.substr(0, 200) + "'");
           return false;
         }
