@@ -492,6 +492,46 @@ TEST_CASE("a receive nobody sends times out with the peer named", "[runtime][ops
   }
 }
 
+TEST_CASE("gloo: a rank waiting on a peer that failed first fails at once, naming why",
+          "[runtime][ops]") {
+  // Gloo's model: any failure leaves a rank's whole group unusable (the tcp backend's collectives
+  // abort the group the same way, with abort frames; its point-to-point failures stay between
+  // the two ranks, so this case is Gloo's alone).
+  if (!rt::backendAvailable(rt::Backend::kGloo)) {
+    SUCCEED("no gloo in this build");
+    return;
+  }
+  // Rank 2 leaves (its group closes); rank 1, receiving from it, fails, and stays, holding its
+  // group open until rank 0 is done; rank 0 receives from rank 1. Without word from rank 1's
+  // failure, rank 0 would wait out its 5 s and blame rank 1.
+  std::atomic<bool> rank0Done{false};
+  onRanks(3, rt::Backend::kGloo, [&rank0Done](rt::ProcessGroup& g, Findings& f) {
+    g.barrier();
+    if (g.rank() == 2) {
+      return;
+    }
+    Data d(rt::DataType::kInt32, 4);
+    rt::Work w = g.irecv(d.buffer(), g.rank() + 1, 5);
+    try {
+      w.wait(5s);
+      f.expect(false, "rank " + std::to_string(g.rank()) + ": wait() returned without a sender");
+    } catch (const rt::Error& e) {
+      const std::string what = e.what();
+      f.expect(dynamic_cast<const rt::CommError*>(&e) != nullptr,
+               "rank " + std::to_string(g.rank()) + " expected a CommError: " + what);
+      f.expect(what.find("rank 2") != std::string::npos,
+               "rank " + std::to_string(g.rank()) + "'s error names rank 2: " + what);
+    }
+    if (g.rank() == 0) {
+      rank0Done = true;
+      return;
+    }
+    for (int i = 0; i < 1000 && !rank0Done; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+}
+
 TEST_CASE("init(Membership) refuses what cannot be a rank, naming it", "[runtime][ops]") {
   rt::Membership who;
   who.rank = 2;

@@ -8,7 +8,9 @@
 //
 // Failure model (Gloo's): after a gloo::IoException (a peer closed its connection, or a wait
 // timed out, which makes Gloo close every pair) the context is unusable, so the group remembers
-// the first failure and every later call fails fast with it.
+// the first failure and every later call fails fast with it. Gloo has no abort: the group then
+// records why in the store and closes every pair itself (gloo_group.h), so a peer blocked on
+// this rank fails at once and names the first failure, not this rank.
 //
 // gloo_group.h: the context and the failure model; gloo_work.h: isend/irecv; this file: the
 // collectives and point-to-point.

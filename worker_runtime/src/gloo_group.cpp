@@ -95,35 +95,61 @@ std::string GlooGroup::describePeers(const std::vector<int>& peers) const {
   return "one of " + rankList(peers);  // "one of ranks 0, 2"
 }
 
-std::string GlooGroup::peerNamedIn(const std::string& glooMessage) const {
+std::optional<int> GlooGroup::peerNamedIn(const std::string& glooMessage) const {
   for (const auto& [address, rank] : peerAddresses_) {
     for (auto at = glooMessage.find(address); at != std::string::npos;
          at = glooMessage.find(address, at + 1)) {
       const auto after = at + address.size();  // ":1259" must not match ":12590"
       if (after == glooMessage.size() || std::isdigit(glooMessage[after]) == 0) {
-        return describeRank(rank);
+        return rank;
       }
     }
   }
-  return {};
+  return std::nullopt;
+}
+
+std::string GlooGroup::failureKey(int rank) const {
+  return config_.groupName + "/gloo/failed/" + std::to_string(rank);
+}
+
+void GlooGroup::abandon(const std::string& why) {
+  if (!context_) {
+    return;  // failed while connecting: no pair to close, no peer blocked on one
+  }
+  // First the record, then the closes: a peer that sees a closed connection finds it.
+  static_cast<void>(config_.store->trySet(failureKey(config_.rank), why));
+  context_->closeConnections();
+}
+
+std::string GlooGroup::causeRecordedBy(int rank) const {
+  return config_.store->tryGetNow(failureKey(rank)).value_or(std::string());
 }
 
 void GlooGroup::raise(const std::string& op, const std::vector<int>& peers,
                       const std::string& glooMessage, std::chrono::milliseconds timeout) {
-  std::string who = peerNamedIn(glooMessage);
-  if (who.empty()) {
-    who = describePeers(peers);
-  }
+  const auto peer = peerNamedIn(glooMessage);
+  const std::string who = peer ? describeRank(*peer) : describePeers(peers);
   const bool timedOut = mentionsTimeout(glooMessage);
   const auto limit = timeout.count() > 0 ? timeout : config_.timeout;
-  const std::string what = timedOut ? op + ": timed out after " + std::to_string(limit.count()) +
-                                          " ms waiting for " + who
-                                    : op + ": connection to " + who + " failed";
+  std::string what = timedOut ? op + ": timed out after " + std::to_string(limit.count()) +
+                                    " ms waiting for " + who
+                              : op + ": connection to " + who + " failed";
+  if (peer && !timedOut) {
+    // The peer may have closed on us because it failed first: then its cause is the story.
+    if (const std::string cause = causeRecordedBy(*peer); !cause.empty()) {
+      what += "; " + who + " had failed first (" + cause + ")";
+    }
+  }
+  bool first = false;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (brokenBy_.empty()) {
+    first = brokenBy_.empty();
+    if (first) {
       brokenBy_ = what;
     }
+  }
+  if (first) {
+    abandon(what);
   }
   const std::string where = " [gloo group '" + config_.groupName + "' of " +
                             std::to_string(config_.size) + ", this is rank " +

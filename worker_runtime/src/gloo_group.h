@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,7 +70,15 @@ class GlooGroup {
   [[nodiscard]] std::string describePeers(const std::vector<int>& peers) const;
 
   // Gloo names a peer by "[ip]:port", never by rank; map it back where it is one we know.
-  [[nodiscard]] std::string peerNamedIn(const std::string& glooMessage) const;
+  [[nodiscard]] std::optional<int> peerNamedIn(const std::string& glooMessage) const;
+
+  // After this rank's first failure: records it in the store, then closes every pair. Gloo has
+  // no abort, so a peer blocked on this rank (a send it waits to complete) would otherwise wait
+  // out its timeout; now it fails at once and reads here why (causeRecordedBy).
+  void abandon(const std::string& why);
+  // What `rank` recorded of its own failure; "" if nothing (or the store is busy: never waits).
+  [[nodiscard]] std::string causeRecordedBy(int rank) const;
+  [[nodiscard]] std::string failureKey(int rank) const;
 
   [[noreturn]] void raise(const std::string& op, const std::vector<int>& peers,
                           const std::string& glooMessage, std::chrono::milliseconds timeout);

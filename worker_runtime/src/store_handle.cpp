@@ -75,4 +75,18 @@ bool StoreHandle::check(const std::vector<std::string>& keys) {
   return ready.value();
 }
 
+bool StoreHandle::trySet(const std::string& key, const std::string& value) {
+  const std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  return lock.owns_lock() && store_->set(full(key), value).isOk();
+}
+
+std::optional<std::string> StoreHandle::tryGetNow(const std::string& key) {
+  const std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return std::nullopt;
+  }
+  auto value = store_->tryGet(full(key));
+  return value.isOk() ? std::move(value).value() : std::nullopt;
+}
+
 }  // namespace dtrun::runtime

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ class StoreHandle {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
             const std::string& waitingFor);
   bool check(const std::vector<std::string>& keys);
+  // Best effort, never queued behind another call of this handle: false (nullopt) when one is in
+  // flight, the store fails, or (tryGetNow) the key is absent. What a failing group tells its
+  // peers, and their reads of it.
+  bool trySet(const std::string& key, const std::string& value);
+  std::optional<std::string> tryGetNow(const std::string& key);
   [[nodiscard]] const std::string& prefix() const { return prefix_; }
   [[nodiscard]] std::chrono::milliseconds timeout() const { return timeout_; }
 
