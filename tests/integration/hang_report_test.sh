@@ -53,7 +53,8 @@ grep -q stuckInAllReduce "$work/logs/cpp/attempt_0/1/stack.txt" || die "cpp: ran
 
 # --- Python: rank 1 sleeps forever ---
 rc=0
-PYTHONPATH=$ROOT/python timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 \
+mkdir -p "$work/barrier-py"
+HANG_BARRIER_DIR=$work/barrier-py PYTHONPATH=$ROOT/python timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 \
   --report="$work/py.json" --log_dir="$work/logs" --rdzv_id=py \
   "$ROOT/tests/integration/workers/hang_sleep.py" >"$work/py.out" 2>&1 || rc=$?
 [[ $rc -eq 124 ]] || { tail -30 "$work/py.out" >&2; die "python: dtrun exited $rc, want 124"; }

@@ -27,7 +27,9 @@ CXX=${CXX:-$(command -v g++ || command -v c++)} || die "no C++ compiler to build
 export DTRUN_NVML_LIBRARY=$work/libnvidia-ml.so.1 FAKE_NVML_COUNT=2
 export FAKE_NVML_PROCESSES_FILE=$work/gpu_processes FAKE_NVML_UTILIZATION="0:37:12,1:5:1"
 
-# Steps of all_reduce until $work/stop exists (at most 120 s).
+# Steps of all_reduce until $work/stop exists (at most 120 s). The ranks agree on the step they
+# stop at (a MAX over each one's view): each deciding alone, one went on to an all_reduce while
+# the other waited in the final barrier, under load, until gloo's 60 s timeout.
 cat >"$work/train.py" <<'EOF'
 import os
 import sys
@@ -45,7 +47,11 @@ with open(os.environ["FAKE_NVML_PROCESSES_FILE"], "a") as f:
 stop = sys.argv[1]
 t = torch.ones(1024)
 end = time.monotonic() + 120
-while not os.path.exists(stop) and time.monotonic() < end:
+while True:
+    done = torch.tensor([1.0 if os.path.exists(stop) or time.monotonic() > end else 0.0])
+    dist.all_reduce(done, op=dist.ReduceOp.MAX)
+    if done.item() > 0:
+        break
     dist.all_reduce(t)
     time.sleep(0.02)
 dist.barrier()

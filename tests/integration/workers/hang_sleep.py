@@ -9,6 +9,14 @@ import time
 import dtrun_progress as progress
 
 rank = int(os.environ["RANK"])
+# Every rank starts reporting at once (a file barrier in $HANG_BARRIER_DIR, when set): under load
+# a Python start can take longer than the test's --hang_timeout=2, and a rank not started yet
+# while the others report is a suspect.
+if os.environ.get("HANG_BARRIER_DIR"):
+    from file_barrier import meet
+
+    meet(os.environ["HANG_BARRIER_DIR"], rank, int(os.environ["WORLD_SIZE"]), 120,
+         "the other ranks never started")
 progress.mark_store_connected()
 progress.mark_communicator_ready()
 for step in range(3):
