@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# --console=collapse on 8 ranks (workers/collapse_lines.py: 10 steps 50 ms apart, each after a
-# file barrier; every rank prints "epoch N loss 0.41", even ranks "even step N", rank 3 "rank 3
-# sees N", and one stderr warning at the end). The collapsed console has each rank's line exactly once, in each rank's
-# order, the identical ones behind "[ranks 0-7]: " (one line per step when the ranks' lines
-# fall within the window: DTRUN_CONSOLE_WINDOW_MS=2000 here, as the default 200 ms split
-# groups whenever the loaded machine kept one rank's line back longer), "[ranks 0,2,4,6]: ",
-# and rank 3's own behind "[rank 3]: ";
-# per-rank logs keep the exact, unprefixed bytes; the default console is unchanged; a bad value
-# is one line and exit 2. Then two agents on loopback as two nodes (4 ranks each): node 0's
-# console carries the whole job's lines, collapsed across the nodes.
+# --console=collapse on 8 ranks (workers/collapse_lines.py: 10 steps 50 ms apart, each after a file
+# barrier; every rank prints "epoch N loss 0.41", even ranks "even step N", rank 3 "rank 3 sees N",
+# and one stderr warning at the end). The collapsed console has each rank's line exactly once, in
+# each rank's order, the identical ones behind "[ranks 0-7]: " (one line per step when the ranks'
+# lines fall within the window: DTRUN_CONSOLE_WINDOW_MS=2000 here, as the default 200 ms split
+# groups whenever the loaded machine kept one rank's line back longer), "[ranks 0,2,4,6]: ", and
+# rank 3's own behind "[rank 3]: "; per-rank logs keep the exact, unprefixed bytes; the default
+# console is unchanged; a bad value is one line and exit 2. Then two agents on loopback as two nodes
+# (4 ranks each): node 0's console carries the whole job's lines, collapsed across the nodes.
 #   bash tests/integration/console_collapse_test.sh /abs/path/to/build/launcher/dtrun
 set -euo pipefail
 
