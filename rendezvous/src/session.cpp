@@ -16,6 +16,13 @@ using boost::system::error_code;
 namespace {
 constexpr std::size_t kInitialBuffer = 4096;
 
+// A WAIT_GET's answer: kStopWaiting, then the value (empty if the key went away meanwhile).
+std::string stopWithValue(const std::string* value) {
+  std::string reply(1, kStopWaiting);
+  appendBytes(reply, value != nullptr ? *value : std::string_view{});
+  return reply;
+}
+
 // "address:port" and the address alone ("" if the socket is not connected any more).
 std::pair<std::string, std::string> describe(const asio::ip::tcp::endpoint& endpoint,
                                              const error_code& ec) {
@@ -257,9 +264,7 @@ void Session::onWaitReleased() {
     notify(std::string_view(&kStopWaiting, 1));
     return;
   }
-  std::string reply(1, kStopWaiting);
-  const std::string* value = core_.kv().get(*waitGetKey_);
-  appendBytes(reply, value != nullptr ? *value : std::string_view{});
+  const std::string reply = stopWithValue(core_.kv().get(*waitGetKey_));
   waitGetKey_.reset();
   notify(reply);
 }
@@ -274,11 +279,7 @@ bool Session::waitGet(std::string_view key) {
     waitGetKey_.emplace(key);
     return true;
   }
-  std::string& reply = scratch_;
-  reply.assign(1, kStopWaiting);
-  const std::string* value = kv.get(key);
-  appendBytes(reply, value != nullptr ? *value : std::string_view{});
-  send(reply);
+  send(stopWithValue(kv.get(key)));
   return true;
 }
 
