@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -77,6 +79,15 @@ struct Options {
   int serverPid = 0;
   int timeoutS = 120;
   bool waitGet = true;
+  // Grouped (--relays): this process's nodes, --first-node..+--count of --nodes, join job --job
+  // through their groups' relays (group_relays' ports file; node i's group is i / --group-size),
+  // once --go-file exists.
+  std::string job;
+  std::string relaysFile;
+  int groupSize = 0;
+  int firstNode = 0;
+  int count = 0;
+  std::string goFile;
 };
 
 struct RunResult {
@@ -85,7 +96,79 @@ struct RunResult {
   double simCpuMs = 0;      // this process's CPU time during the joins
   double serverCpuMs = -1;  // the store's (in process: included in simCpuMs; --server-pid: apart)
   double connectMs = 0;
+  // A run split over processes adds up: this one's share, on the machine's monotonic clock.
+  std::int64_t firstJoinNs = 0;
+  std::int64_t lastAssignedNs = 0;
+  long long rankSum = 0;
+  long long rankSquares = 0;
 };
+
+// group_relays' ports file: one relay per line, on 127.0.0.1.
+std::vector<sockaddr_in> readRelays(const std::string& file) {
+  std::vector<sockaddr_in> relays;
+  std::ifstream in(file);
+  int port = 0;
+  while (in >> port) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    relays.push_back(address);
+  }
+  return relays;
+}
+
+// The start of a run split over processes: every process connected, then the script's file.
+bool waitForGo(const std::string& file, Clock::time_point deadline) {
+  while (!std::filesystem::exists(file)) {
+    if (Clock::now() >= deadline) {
+      std::cerr << "rdzv_sim: " << file << " did not appear in time\n";
+      return false;
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+// A run of one process at one store: the job's settings published, its keeper asked for and
+// round 0 open; the store's address is every node's target.
+bool startFlatRun(const Options& options, int n, int rep, const dtrun::rdzv::ClientOptions& store,
+                  Run& run) {
+  run.jobId = "sim-" + std::to_string(n) + "-" + std::to_string(rep) + "-" +
+              std::to_string(::getpid()) + "-" +
+              std::to_string(Clock::now().time_since_epoch().count());
+  run.keys = dtrun::rdzv::detail::RoundKeys(run.jobId);
+  dtrun::rdzv::RoundSettings settings;
+  settings.minNodes = n;
+  settings.maxNodes = n;
+  settings.lastCallTimeout = milliseconds(0);
+  settings.keepAliveInterval = std::chrono::seconds(60);
+  settings.joinTimeout = std::chrono::seconds(options.timeoutS);
+  dtrun::rdzv::NodeRecord organiser;
+  organiser.host = "sim-organiser";
+  organiser.agentId = organiser.host + ":" + std::to_string(::getpid());
+  auto member = dtrun::rdzv::RoundMember::connect(store, run.jobId, settings, organiser);
+  if (!member.isOk()) {
+    std::cerr << "rdzv_sim: publishing the settings: " << member.status().toString() << "\n";
+    return false;
+  }
+  if (auto s =
+          dtrun::bench::waitForKeeper(store, run.jobId, std::chrono::seconds(options.timeoutS));
+      !s.isOk()) {
+    std::cerr << "rdzv_sim: the keeper did not open round 0: " << s.toString() << "\n";
+    return false;
+  }
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(store.port);
+  if (::inet_pton(AF_INET, store.host == "localhost" ? "127.0.0.1" : store.host.c_str(),
+                  &address.sin_addr) != 1) {
+    std::cerr << "rdzv_sim: --connect wants an IPv4 address, not '" << store.host << "'\n";
+    return false;
+  }
+  run.targets = {address};
+  return true;
+}
 
 RunResult runOnce(const Options& options, int n, int rep) {
   RunResult result;
@@ -93,7 +176,20 @@ RunResult runOnce(const Options& options, int n, int rep) {
   std::unique_ptr<dtrun::rdzv::KeeperService> keepers;
   dtrun::rdzv::ClientOptions store;
   store.timeout = std::chrono::seconds(options.timeoutS);
-  if (options.connect.empty()) {
+  Run run;
+  run.waitGet = options.waitGet;
+  const bool grouped = !options.relaysFile.empty();
+  if (grouped) {
+    run.jobId = options.job;
+    run.keys = dtrun::rdzv::detail::RoundKeys(run.jobId);
+    run.targets = readRelays(options.relaysFile);
+    run.groupSize = options.groupSize;
+    if (static_cast<long long>(run.targets.size()) * options.groupSize < n) {
+      std::cerr << "rdzv_sim: " << run.targets.size() << " relays of " << options.groupSize
+                << " nodes cannot hold " << n << " nodes\n";
+      return result;
+    }
+  } else if (options.connect.empty()) {
     dtrun::rdzv::ServerOptions serverOptions;
     serverOptions.host = "127.0.0.1";
     auto started = dtrun::rdzv::StoreServer::start(serverOptions);
@@ -113,44 +209,14 @@ RunResult runOnce(const Options& options, int n, int rep) {
   } else {
     dtrun::bench::parseEndpoint(options.connect, store);
   }
-  Run run;
-  run.waitGet = options.waitGet;
-  run.jobId = "sim-" + std::to_string(n) + "-" + std::to_string(rep) + "-" +
-              std::to_string(::getpid()) + "-" +
-              std::to_string(Clock::now().time_since_epoch().count());
-  run.keys = dtrun::rdzv::detail::RoundKeys(run.jobId);
-  dtrun::rdzv::RoundSettings settings;
-  settings.minNodes = n;
-  settings.maxNodes = n;
-  settings.lastCallTimeout = milliseconds(0);
-  settings.keepAliveInterval = std::chrono::seconds(60);
-  settings.joinTimeout = std::chrono::seconds(options.timeoutS);
-  dtrun::rdzv::NodeRecord organiser;
-  organiser.host = "sim-organiser";
-  organiser.agentId = organiser.host + ":" + std::to_string(::getpid());
-  auto member = dtrun::rdzv::RoundMember::connect(store, run.jobId, settings, organiser);
-  if (!member.isOk()) {
-    std::cerr << "rdzv_sim: publishing the settings: " << member.status().toString() << "\n";
+  if (!grouped && !startFlatRun(options, n, rep, store, run)) {
     return result;
   }
-  if (auto s =
-          dtrun::bench::waitForKeeper(store, run.jobId, std::chrono::seconds(options.timeoutS));
-      !s.isOk()) {
-    std::cerr << "rdzv_sim: the keeper did not open round 0: " << s.toString() << "\n";
-    return result;
-  }
-
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(store.port);
-  if (::inet_pton(AF_INET, store.host == "localhost" ? "127.0.0.1" : store.host.c_str(),
-                  &address.sin_addr) != 1) {
-    std::cerr << "rdzv_sim: --connect wants an IPv4 address, not '" << store.host << "'\n";
-    return result;
-  }
-  run.nodes.resize(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    run.nodes[static_cast<std::size_t>(i)].index = i;
+  const int first = grouped ? options.firstNode : 0;
+  const int count = grouped && options.count > 0 ? options.count : n;
+  run.nodes.resize(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    run.nodes[static_cast<std::size_t>(i)].index = first + i;
   }
   std::vector<std::unique_ptr<EventLoop>> loops;
   loops.reserve(static_cast<std::size_t>(options.loops));
@@ -163,12 +229,17 @@ RunResult runOnce(const Options& options, int n, int rep) {
     std::vector<std::jthread> threads;
     threads.reserve(loops.size());
     for (auto& loop : loops) {
-      threads.emplace_back([&loop, &address, deadline = connectStart + limit] {
-        loop->connectAll(address, deadline);
-      });
+      threads.emplace_back(
+          [&loop, deadline = connectStart + limit] { loop->connectAll(deadline); });
     }
   }
   result.connectMs = msBetween(connectStart, Clock::now());
+  if (!options.goFile.empty()) {
+    std::cout << "rdzv_sim connected nodes=" << count << std::endl;
+    if (!waitForGo(options.goFile, connectStart + limit)) {
+      return result;
+    }
+  }
   const double serverCpu0 =
       options.serverPid > 0 ? dtrun::bench::cpuSeconds(options.serverPid) : -1;
   const double selfCpu0 = dtrun::bench::cpuSeconds(::getpid());
@@ -209,6 +280,8 @@ RunResult runOnce(const Options& options, int n, int rep) {
     }
     firstJoin = std::min(firstJoin, node.joinStart);
     lastAssigned = std::max(lastAssigned, node.joinEnd);
+    result.rankSum += a.nodeRank;
+    result.rankSquares += static_cast<long long>(a.nodeRank) * a.nodeRank;
   }
   for (auto& node : run.nodes) {
     if (node.fd >= 0) {
@@ -221,6 +294,10 @@ RunResult runOnce(const Options& options, int n, int rep) {
   }
   result.ok = true;
   result.closeMs = msBetween(firstJoin, lastAssigned);
+  result.firstJoinNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(firstJoin.time_since_epoch()).count();
+  result.lastAssignedNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(lastAssigned.time_since_epoch()).count();
   return result;  // the organiser's connections close first, then the keepers, the server
 }
 
@@ -244,7 +321,25 @@ int runMain(int argc, char** argv) {
   app.add_option("--wait-get", options.waitGet,
                  "1: the assignment with WAIT_GET (RoundMember's requests); 0: WAIT, then "
                  "CHECK+GET (the protocol before it)");
+  auto* relays = app.add_option("--relays", options.relaysFile,
+                                "Join through group relays: group_relays' ports file");
+  app.add_option("--group-size", options.groupSize, "Nodes per relay (with --relays)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(relays);
+  app.add_option("--job", options.job, "The job the relays serve (with --relays)")->needs(relays);
+  app.add_option("--first-node", options.firstNode, "This process's first node (with --relays)")
+      ->check(CLI::Range(0, 1 << 22))
+      ->needs(relays);
+  app.add_option("--count", options.count, "This process's nodes (with --relays; 0 = all)")
+      ->check(CLI::Range(0, 1 << 22))
+      ->needs(relays);
+  app.add_option("--go-file", options.goFile,
+                 "Once connected, print a line and start when this file exists");
   CLI11_PARSE(app, argc, argv);
+  if (!options.relaysFile.empty() && (options.groupSize < 1 || options.job.empty())) {
+    std::cerr << "rdzv_sim: --relays needs --group-size and --job\n";
+    return 2;
+  }
 
   dtrun::rdzv::ClientOptions probe;
   if (!options.connect.empty() && !dtrun::bench::parseEndpoint(options.connect, probe)) {
@@ -253,8 +348,11 @@ int runMain(int argc, char** argv) {
   }
   dtrun::log::init("warn");
   const rlim_t limit = dtrun::bench::raiseFileLimit();
-  const int perNode = options.connect.empty() ? 2 : 1;  // and the server's end, in process
-  const int largest = *std::max_element(options.nodes.begin(), options.nodes.end());
+  // One descriptor a node, and the server's end when it runs in this process.
+  const int perNode = options.connect.empty() && options.relaysFile.empty() ? 2 : 1;
+  const int largest = options.count > 0
+                          ? options.count
+                          : *std::max_element(options.nodes.begin(), options.nodes.end());
   const auto needed = static_cast<rlim_t>(largest) * perNode + 64;
   if (limit < needed) {
     std::cerr << "rdzv_sim: too few file descriptors: " << largest << " nodes need " << needed
@@ -272,7 +370,9 @@ int runMain(int argc, char** argv) {
                 << " wait_get=" << (options.waitGet ? 1 : 0) << " close_ms=" << fixed(r.closeMs, 3)
                 << " sim_cpu_ms=" << fixed(r.simCpuMs, 0)
                 << " server_cpu_ms=" << fixed(r.serverCpuMs, 0)
-                << " connect_ms=" << fixed(r.connectMs, 1) << " ok=" << (r.ok ? 1 : 0) << std::endl;
+                << " connect_ms=" << fixed(r.connectMs, 1) << " first_join_ns=" << r.firstJoinNs
+                << " last_assign_ns=" << r.lastAssignedNs << " rank_sum=" << r.rankSum
+                << " rank_squares=" << r.rankSquares << " ok=" << (r.ok ? 1 : 0) << std::endl;
       allOk = allOk && r.ok;
       closes.push_back(r.closeMs);
     }

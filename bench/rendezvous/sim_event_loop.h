@@ -119,6 +119,12 @@ class ReplyReader {
 // One run's shared facts: the keys, the settings, the nodes, and the start signal.
 struct Run {
   bool waitGet = true;
+  // Where node i connects: the store, or (grouped, groupSize > 0) its group's relay.
+  std::vector<sockaddr_in> targets;
+  int groupSize = 0;
+  [[nodiscard]] const sockaddr_in& targetOf(int index) const {
+    return targets.at(groupSize > 0 ? static_cast<std::size_t>(index / groupSize) : 0);
+  }
   std::string jobId;
   dtrun::rdzv::detail::RoundKeys keys{""};
   std::vector<Node> nodes;
@@ -149,7 +155,7 @@ class EventLoop {
   ~EventLoop() { ::close(epoll_); }
 
   // Connects and shakes hands for every node, until all are idle (or failed) or `deadline`.
-  void connectAll(const sockaddr_in& store, Clock::time_point deadline) {
+  void connectAll(Clock::time_point deadline) {
     for (Node* node : mine_) {
       node->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (node->fd < 0) {
@@ -158,8 +164,9 @@ class EventLoop {
       }
       const int one = 1;
       static_cast<void>(::setsockopt(node->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one));
+      const sockaddr_in& target = run_.targetOf(node->index);
       // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): the sockets API
-      if (::connect(node->fd, reinterpret_cast<const sockaddr*>(&store), sizeof store) != 0 &&
+      if (::connect(node->fd, reinterpret_cast<const sockaddr*>(&target), sizeof target) != 0 &&
           errno != EINPROGRESS) {
         fail(*node, std::string("connect: ") + errorText(errno));
         continue;

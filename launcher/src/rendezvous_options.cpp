@@ -176,6 +176,19 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
             value + "'");
       }
       multi.keepAliveMaxAttempt = static_cast<int>(*n);
+    } else if (key == "group_size") {
+      const auto n = isDigits(value) ? parseInt(value) : std::nullopt;
+      if (!n || *n > 65536) {
+        return Status::invalidArgument(
+            "--rdzv_conf: group_size expects a whole number of nodes per group, from 0 (no "
+            "groups) to 65536, got '" +
+            value + "'");
+      }
+      if (plan.rdzvBackend != "c10d") {
+        return Status::invalidArgument("--rdzv_conf: group_size needs --rdzv_backend=c10d (" +
+                                       plan.rdzvBackend + " joins every node at one place)");
+      }
+      multi.groupSize = static_cast<int>(*n);
     } else if (key == "is_host") {
       if (value != "1" && value != "0" && value != "true" && value != "false" && value != "True" &&
           value != "False") {
@@ -193,7 +206,8 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
       plan.warnings.push_back(
           "--rdzv_conf: unknown key '" + key +
           "' ignored (known: " + "join_timeout, last_call_timeout, close_timeout, " +
-          "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, token, token_file)");
+          "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host, group_size, token, "
+          "token_file)");
     }
     if (target != nullptr) {
       DTRUN_ASSIGN_OR_RETURN(auto duration, confSeconds(key, value));

@@ -95,6 +95,19 @@ void Keeper::clearWorkerKeys() {
 }
 
 void Keeper::handle(const KeeperMessage& m) {
+  if (m.verb == "batch") {  // a group relay's forwarded messages (dtrun/group_relay.h)
+    const auto messages = detail::decodeBatch(m.payload);
+    if (!messages) {
+      log::rdzv().warn("keeper of job '{}': ignoring a malformed batch from {}", jobId_, m.agentId);
+      return;
+    }
+    for (const auto& text : *messages) {
+      if (auto inner = detail::decodeMessage(text); inner && inner->verb != "batch") {
+        handle(*inner);
+      }
+    }
+    return;
+  }
   const auto now = Clock::now();
   lastSeen_[m.agentId] = now;
   if (m.verb == "hb") {

@@ -127,6 +127,23 @@ std::optional<KeeperMessage> decodeMessage(const std::string& text) {
   return m;
 }
 
+std::string encodeBatch(const std::string& relayId, const std::vector<std::string>& messages) {
+  return encodeMessage(KeeperMessage{"batch", 0, -1, relayId, jsonText(json(messages))});
+}
+
+std::optional<std::vector<std::string>> decodeBatch(const std::string& payload) {
+  try {
+    const json j = json::parse(payload);
+    if (!j.is_array() ||
+        !std::all_of(j.begin(), j.end(), [](const json& item) { return item.is_string(); })) {
+      return std::nullopt;
+    }
+    return j.get<std::vector<std::string>>();
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::string encodeSettings(const RoundSettings& s) {
   return jsonText(json{{"min", s.minNodes},
                        {"max", s.maxNodes},

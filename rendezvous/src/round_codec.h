@@ -28,6 +28,9 @@ class RoundKeys {
   }
   [[nodiscard]] std::string status(int r) const { return in(r) + "status"; }
   [[nodiscard]] std::string end(int r) const { return in(r) + "end"; }
+  // Grouped joins (dtrun/group_relay.h): the tickets that make leaders, and group g's relay.
+  [[nodiscard]] std::string groupTickets() const { return job_ + "group_tickets"; }
+  [[nodiscard]] std::string group(int g) const { return job_ + "groups/" + std::to_string(g); }
 
  private:
   [[nodiscard]] std::string in(int r) const { return job_ + "r" + std::to_string(r) + "/"; }
@@ -46,6 +49,10 @@ struct KeeperMessage {
 };
 std::string encodeMessage(const KeeperMessage& message);
 std::optional<KeeperMessage> decodeMessage(const std::string& text);
+// A group relay's forwarded messages in one inbox item: "batch 0 -1 <relay> [<message>, ...]"
+// (a JSON array of encoded messages). decodeBatch takes the payload; nullopt if malformed.
+std::string encodeBatch(const std::string& relayId, const std::vector<std::string>& messages);
+std::optional<std::vector<std::string>> decodeBatch(const std::string& payload);
 
 std::string encodeSettings(const RoundSettings& settings);
 std::optional<RoundSettings> decodeSettings(const std::string& text);

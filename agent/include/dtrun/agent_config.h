@@ -67,6 +67,9 @@ struct MultiNodeConfig {
   std::chrono::milliseconds keepAliveInterval{5000};
   int keepAliveMaxAttempt = 3;
   std::chrono::milliseconds readTimeout{60000};  // a silent store is lost after this
+  // c10d: nodes per group of a grouped join (--rdzv_conf group_size; dtrun/group_relay.h);
+  // 0 = every node joins at the job's store.
+  int groupSize = 0;
   std::optional<EtcdRendezvous> etcd;
 };
 

@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include "dtrun/group_relay.h"
+
 #include "log.h"
 #include "tcp_probe.h"
 
@@ -202,8 +204,13 @@ Result<JobLink> connectJob(const AgentConfig& config, const MultiNodeConfig& mul
     self.host = multi.localAddr.empty() ? host : multi.localAddr;
     self.workerStorePort = link.workersStore->port();
   }
-  auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
-                                           std::move(self), true);
+  rdzv::GroupOptions group;
+  group.size = multi.groupSize;
+  group.listenHost = config.storeListenHost;
+  group.advertiseHost = self.host;
+  client.timeout = multi.readTimeout;
+  auto member = rdzv::connectGroupMember(client, config.runId, roundSettings(config, multi),
+                                         std::move(self), group);
   if (!member.isOk()) {
     const std::string where = config.masterAddr + ":" + std::to_string(client.port);
     if (member.status().code() == Errc::kDenied) {  // a setting to fix (a token, a used run id)
