@@ -184,7 +184,7 @@ Result<agent::MultiNodeConfig> resolveMultiNode(const Resolver& options, const H
             "groups) to 65536, got '" +
             value + "'");
       }
-      if (plan.rdzvBackend != "c10d") {
+      if (*n >= 2 && plan.rdzvBackend != "c10d") {
         return Status::invalidArgument("--rdzv_conf: group_size needs --rdzv_backend=c10d (" +
                                        plan.rdzvBackend + " joins every node at one place)");
       }

@@ -495,7 +495,7 @@ TEST_CASE("more than one node makes a multi-node configuration", "[unit][launche
     const auto p = planOk(
         {"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=me:29401", "--local_addr=10.9.9.9",
          "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_interval=1,"
-         "keep_alive_max_attempt=4,read_timeout=7,close_timeout=2",
+         "keep_alive_max_attempt=4,read_timeout=7,close_timeout=2,group_size=64",
          "x.py"},
         host);
     const auto& m = *p.config.multiNode;
@@ -510,6 +510,7 @@ TEST_CASE("more than one node makes a multi-node configuration", "[unit][launche
     CHECK(m.keepAliveMaxAttempt == 4);
     CHECK(m.readTimeout.count() == 7000);
     CHECK(m.closeTimeout.count() == 2000);
+    CHECK(m.groupSize == 64);
     CHECK(p.config.masterAddr == "me");  // the store's host, not --local_addr
     const auto q = planOk({"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=other:1",
                            "--rdzv_conf=is_host=1", "x.py"},
@@ -622,6 +623,12 @@ TEST_CASE("each bad value is one line naming the flag", "[unit][launcher]") {
        "--rdzv_conf: is_host expects true or false, got 'maybe'"},
       {{"--nnodes=2", "--rdzv_conf=keep_alive_max_attempt=0", "x.py"},
        "--rdzv_conf: keep_alive_max_attempt expects a whole number from 1 to 1000, got '0'"},
+      {{"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_conf=group_size=two", "x.py"},
+       "--rdzv_conf: group_size expects a whole number of nodes per group, from 0 (no groups) to "
+       "65536, got 'two'"},
+      {{"--nnodes=2", "--rdzv_conf=group_size=4", "x.py"},
+       "--rdzv_conf: group_size needs --rdzv_backend=c10d (static joins every node at one "
+       "place)"},
       {{"--node_rank=-1", "x.py"}, "--node_rank: expected a non-negative integer, got '-1'"},
       {{"--node_rank=1", "x.py"}, "--node_rank: must be below --nnodes (1), got '1'"},
       {{"--rdzv_backend=etcd", "x.py"},
