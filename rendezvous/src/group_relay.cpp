@@ -7,6 +7,7 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -40,6 +41,8 @@ std::optional<int> parseRound(const Bytes& text) {
   }
   return r;
 }
+
+bool powerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 class Relay final : public GroupRelay {
  public:
@@ -252,20 +255,28 @@ class Relay final : public GroupRelay {
     }
   }
 
-  // Waits for every pending assignment at once (a round's close writes them together), and
-  // copies each one that arrived; a slice that ends with some missing (a spare's, a late join's)
-  // reads them one by one.
+  // Waits for the pending assignments of the oldest round at once: a round's close writes them
+  // together, and a join the keeper answers at once (a spare, a late arrival, a closed job) is
+  // answered promptly with the others of its round. A round whose keys do not all come (a join
+  // the keeper refused) is read key by key after 1, 2, 4, ... quiet slices, so the others of it
+  // still get theirs, while a round that gathers for minutes costs the job's store almost nothing.
   Status copyAssignments(Store& job, Store& local) {
+    int quietSlices = 0;
     while (!stopping_.load()) {
       std::vector<Pending> waiting;
       {
         std::unique_lock lock(mutex_);
         pendingChanged_.wait_for(lock, kSlice,
                                  [this] { return stopping_.load() || !pending_.empty(); });
-        waiting = pending_;
-      }
-      if (waiting.empty()) {
-        continue;
+        if (pending_.empty()) {
+          continue;
+        }
+        const int oldest =
+            std::min_element(pending_.begin(), pending_.end(),
+                             [](const Pending& a, const Pending& b) { return a.round < b.round; })
+                ->round;
+        std::copy_if(pending_.begin(), pending_.end(), std::back_inserter(waiting),
+                     [oldest](const Pending& p) { return p.round == oldest; });
       }
       std::vector<std::string> jobKeys;
       for (const auto& p : waiting) {
@@ -279,7 +290,9 @@ class Relay final : public GroupRelay {
         for (std::size_t i = 0; i < waiting.size(); ++i) {
           arrived.push_back(i);
         }
-      } else if (all.code() == Errc::kTimeout) {
+      } else if (all.code() != Errc::kTimeout) {
+        return all;
+      } else if (powerOfTwo(++quietSlices)) {
         for (std::size_t i = 0; i < waiting.size(); ++i) {
           DTRUN_ASSIGN_OR_RETURN(auto value, job.tryGet(jobKeys[i]));
           if (value) {
@@ -287,12 +300,11 @@ class Relay final : public GroupRelay {
             values.push_back(std::move(*value));
           }
         }
-      } else {
-        return all;
       }
       if (arrived.empty()) {
         continue;
       }
+      quietSlices = 0;
       std::vector<std::string> localKeys;
       for (const auto i : arrived) {
         localKeys.push_back(keys_.assign(waiting[i].round, waiting[i].localSlot));

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,9 @@ class Keeper {
   [[nodiscard]] bool membersGone() const;
 
   void onJoin(const KeeperMessage& m);
+
+  // Counts an arrival in the gathering round: once per node, at its latest slot.
+  void arrive(int slot, const NodeRecord& record);
 
   void considerClosing(Clock::time_point now);
 
@@ -150,6 +154,10 @@ class Keeper {
   int expected_;
   Phase phase_ = Phase::kGathering;
   std::vector<Member> arrived_;
+  // arrived_'s positions by agent and by slot: a join costs O(1), not a scan of every arrival
+  // (65,536 joins would make that 2 billion comparisons).
+  std::unordered_map<std::string, std::size_t> arrivedByAgent_;
+  std::unordered_map<int, std::size_t> arrivedBySlot_;
   std::vector<Member> members_;
   std::set<int> done_;
   std::vector<KeeperMessage> early_;

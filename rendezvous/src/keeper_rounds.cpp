@@ -59,6 +59,8 @@ bool Keeper::openRound(int r) {
   round_ = r;
   phase_ = closedBy_ ? Phase::kClosed : Phase::kGathering;
   arrived_.clear();
+  arrivedByAgent_.clear();
+  arrivedBySlot_.clear();
   members_.clear();
   done_.clear();
   lastCall_.reset();
@@ -183,30 +185,37 @@ void Keeper::onJoin(const KeeperMessage& m) {
       static_cast<void>(store_->set(keys_.assign(round_, slot), detail::encodeAssign(v)));
       return;
     }
-    case Phase::kGathering: {
-      // A join can come twice (a store request sent again after its answer was lost): a node
-      // counts once, at its latest slot, and a slot belongs to one node (else both would take
-      // the same assignment; an etcd transaction would also refuse the key twice, forever).
-      const auto same = std::find_if(arrived_.begin(), arrived_.end(), [&](const Member& a) {
-        return a.slot == slot || a.record.agentId == record->agentId;
-      });
-      if (same == arrived_.end()) {
-        arrived_.push_back({slot, *record});
-      } else if (same->record.agentId == record->agentId) {
-        *same = {slot, *record};
-      } else {
-        log::rdzv().error(
-            "keeper of job '{}': round {} slot {} claimed by {} and {}: the second "
-            "is not counted",
-            jobId_, round_, slot, same->record.agentId, record->agentId);
-      }
+    case Phase::kGathering:
+      arrive(slot, *record);
       considerClosing(Clock::now());
       return;
-    }
     case Phase::kRunning:
     case Phase::kExiting:
       onLateArrival(slot, *record);
       return;
+  }
+}
+
+void Keeper::arrive(int slot, const NodeRecord& record) {
+  // A join can come twice (a store request sent again after its answer was lost): a node
+  // counts once, at its latest slot, and a slot belongs to one node (else both would take
+  // the same assignment; an etcd transaction would also refuse the key twice, forever).
+  const auto byAgent = arrivedByAgent_.find(record.agentId);
+  const auto bySlot = arrivedBySlot_.find(slot);
+  if (bySlot != arrivedBySlot_.end() &&
+      (byAgent == arrivedByAgent_.end() || bySlot->second != byAgent->second)) {
+    log::rdzv().error(
+        "keeper of job '{}': round {} slot {} claimed by {} and {}: the second is not counted",
+        jobId_, round_, slot, arrived_[bySlot->second].record.agentId, record.agentId);
+  } else if (byAgent != arrivedByAgent_.end()) {
+    Member& same = arrived_[byAgent->second];
+    arrivedBySlot_.erase(same.slot);
+    same = {slot, record};
+    arrivedBySlot_[slot] = byAgent->second;
+  } else {
+    arrivedByAgent_[record.agentId] = arrived_.size();
+    arrivedBySlot_[slot] = arrived_.size();
+    arrived_.push_back({slot, record});
   }
 }
 
@@ -356,6 +365,12 @@ void Keeper::onLost(const std::string& agentId, const std::string& why) {
         log::rdzv().warn("job '{}' round {}: {} is gone before the round closed: {}", jobId_,
                          round_, agentId, why);
         arrived_.erase(gone, arrived_.end());
+        arrivedByAgent_.clear();
+        arrivedBySlot_.clear();
+        for (std::size_t i = 0; i < arrived_.size(); ++i) {
+          arrivedByAgent_[arrived_[i].record.agentId] = i;
+          arrivedBySlot_[arrived_[i].slot] = i;
+        }
         lastCall_.reset();
       }
       return;
