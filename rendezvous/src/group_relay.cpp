@@ -279,12 +279,13 @@ class Relay final : public GroupRelay {
                      [oldest](const Pending& p) { return p.round == oldest; });
       }
       std::vector<std::string> jobKeys;
+      jobKeys.reserve(waiting.size());
       for (const auto& p : waiting) {
         jobKeys.push_back(keys_.assign(p.round, p.jobSlot));
       }
       std::vector<std::size_t> arrived;
       std::vector<Bytes> values;
-      const auto all = job.wait(jobKeys, kSlice);
+      auto all = job.wait(jobKeys, kSlice);
       if (all.isOk()) {
         DTRUN_ASSIGN_OR_RETURN(values, job.multiGet(jobKeys));
         for (std::size_t i = 0; i < waiting.size(); ++i) {
@@ -306,6 +307,7 @@ class Relay final : public GroupRelay {
       }
       quietSlices = 0;
       std::vector<std::string> localKeys;
+      localKeys.reserve(arrived.size());
       for (const auto i : arrived) {
         localKeys.push_back(keys_.assign(waiting[i].round, waiting[i].localSlot));
       }
