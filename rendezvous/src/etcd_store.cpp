@@ -257,7 +257,13 @@ class EtcdStore final : public Store {
     for (;;) {
       DTRUN_ASSIGN_OR_RETURN(auto range, client_->getPrefix(dir, limit, true, false));
       if (!range.kvs.empty()) {
-        // Taken only if still there: another consumer may have taken some (then retry).
+        // Taken only if still there: another consumer may have taken some (then retry). The
+        // same transaction writes a receipt of this pop: when etcd's answer is lost (its leader
+        // killed mid-request), the client sends it again to another member, where the items
+        // are gone and the compares fail; the receipt then says that the first try took them,
+        // else they would be lost (a keeper's joins: a round that never closes). The previous
+        // pop's receipt goes with this one.
+        const std::string receipt = full(key) + ".taken/" + id_ + "-" + std::to_string(++pushes_);
         std::vector<EtcdCompare> unchanged;
         std::vector<EtcdOp> deletes;
         for (const auto& kv : range.kvs) {
@@ -271,8 +277,21 @@ class EtcdStore final : public Store {
           op.key = kv.key;
           deletes.push_back(std::move(op));
         }
+        deletes.push_back(putOf(receipt, ""));
+        if (!lastReceipt_.empty()) {
+          EtcdOp forget;
+          forget.type = EtcdOp::Type::kDelete;
+          forget.key = lastReceipt_;
+          deletes.push_back(std::move(forget));
+        }
         DTRUN_ASSIGN_OR_RETURN(auto txn, write(std::move(unchanged), deletes, {}));
-        if (txn.succeeded) {
+        bool taken = txn.succeeded;
+        if (!taken) {
+          DTRUN_ASSIGN_OR_RETURN(auto kept, client_->get(receipt));
+          taken = kept.has_value();
+        }
+        if (taken) {
+          lastReceipt_ = receipt;
           std::vector<Bytes> items;
           items.reserve(range.kvs.size());
           for (auto& kv : range.kvs) {
@@ -482,6 +501,7 @@ class EtcdStore final : public Store {
   std::optional<EtcdFence> fence_;
   std::string id_;
   std::uint64_t pushes_ = 0;
+  std::string lastReceipt_;  // queuePopMany's last receipt, deleted by the next pop
 };
 
 }  // namespace
