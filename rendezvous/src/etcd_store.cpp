@@ -261,8 +261,8 @@ class EtcdStore final : public Store {
         // same transaction writes a receipt of this pop: when etcd's answer is lost (its leader
         // killed mid-request), the client sends it again to another member, where the items
         // are gone and the compares fail; the receipt then says that the first try took them,
-        // else they would be lost (a keeper's joins: a round that never closes). The previous
-        // pop's receipt goes with this one.
+        // else they would be lost (a keeper's joins: a round that never closes). The receipt
+        // goes once the answer came: nothing of a pop stays in the store.
         const std::string receipt = full(key) + ".taken/" + id_ + "-" + std::to_string(++pushes_);
         std::vector<EtcdCompare> unchanged;
         std::vector<EtcdOp> deletes;
@@ -278,12 +278,6 @@ class EtcdStore final : public Store {
           deletes.push_back(std::move(op));
         }
         deletes.push_back(putOf(receipt, ""));
-        if (!lastReceipt_.empty()) {
-          EtcdOp forget;
-          forget.type = EtcdOp::Type::kDelete;
-          forget.key = lastReceipt_;
-          deletes.push_back(std::move(forget));
-        }
         DTRUN_ASSIGN_OR_RETURN(auto txn, write(std::move(unchanged), deletes, {}));
         bool taken = txn.succeeded;
         if (!taken) {
@@ -291,7 +285,7 @@ class EtcdStore final : public Store {
           taken = kept.has_value();
         }
         if (taken) {
-          lastReceipt_ = receipt;
+          DTRUN_TRY(client_->erase(receipt, false).status());
           std::vector<Bytes> items;
           items.reserve(range.kvs.size());
           for (auto& kv : range.kvs) {
@@ -501,7 +495,6 @@ class EtcdStore final : public Store {
   std::optional<EtcdFence> fence_;
   std::string id_;
   std::uint64_t pushes_ = 0;
-  std::string lastReceipt_;  // queuePopMany's last receipt, deleted by the next pop
 };
 
 }  // namespace
