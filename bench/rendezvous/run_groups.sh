@@ -88,7 +88,7 @@ run_flat() {  # one round of N nodes straight at the store, one simulator proces
   echo "flat $n $(field close_ms "$line") $(field server_cpu_ms "$line") 0 $(field sim_cpu_ms "$line")" >>"$results"
 }
 run_grouped() {  # one round of N nodes through N / GROUP relays
-  local n=$1 rep=$2 job relays per_proc nodes_per p r0 count relay_pids=() sim_pids=() ok=1
+  local n=$1 rep=$2 job relays per_proc nodes_per p count relay_pids=() sim_pids=() ok=1
   job="grouped-$n-$rep-$$"
   relays=$(((n + group - 1) / group))
   per_proc=$(((relays + procs - 1) / procs))
@@ -118,7 +118,7 @@ run_grouped() {  # one round of N nodes through N / GROUP relays
   store0=$(cpu_ms "$server")
   relays0=$(cpu_ms "${relay_pids[@]}")
   [[ $ok -eq 0 ]] || touch "$work/go"
-  local first="" last="" sum=0 squares=0 line store_cpu relays_cpu sims_cpu=0 pid
+  local first="" last="" f l sum=0 squares=0 line store_cpu relays_cpu sims_cpu=0 pid
   store_cpu=0
   for ((p = 0; p < ${#sim_pids[@]}; p++)); do
     pid=${sim_pids[p]}
