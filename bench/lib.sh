@@ -13,3 +13,13 @@ stop_pid() {
   kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
+
+# field NAME LINE: the value of NAME=... in a benchmark's key=value line ("" when absent).
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# median < numbers, one per line: their median (one decimal when it falls between two), "-" for
+# none.
+median() {
+  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+    else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}

@@ -40,11 +40,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-median() {
-  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
 cpu_ms() {  # cpu_ms PID...: their user+system CPU so far, in ms
   local pid total=0 t
   for pid in "$@"; do

@@ -37,11 +37,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-median() {
-  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
 
 # The store in a process of its own, so that each process holds one end of each connection.
 timeout $((timeout_s * 20)) "$dtrun" store --host 127.0.0.1 --port 0 --port-file "$work/port" \

@@ -162,6 +162,16 @@ class LostAnswerProxy {
   std::thread thread_;
 };
 
+// A store whose first endpoint is `proxy`, then the member it stands in front of.
+std::unique_ptr<Store> storeBehind(const LostAnswerProxy& proxy, dtrun::rdzv::EtcdOptions options) {
+  options.endpoints = {proxy.endpoint(), options.endpoints.front()};
+  auto client = EtcdClient::connect(options);
+  if (!client.isOk()) {
+    FAIL(client.status().toString());
+  }
+  return storeOf(std::shared_ptr<EtcdClient>(std::move(client).value()));
+}
+
 }  // namespace
 
 TEST_CASE("etcd store: every operation works", "[integration][rdzv][etcd]") {
@@ -492,11 +502,7 @@ TEST_CASE("etcd store: a ticket whose answer was lost is not another node's when
   LostAnswerProxy proxy(options.endpoints.front(), [&] {
     other = direct->takeTicket("arrivals").value();  // the other node, while the answer is lost
   });
-  auto viaProxy = options;
-  viaProxy.endpoints = {proxy.endpoint(), options.endpoints.front()};
-  auto client = EtcdClient::connect(viaProxy);
-  REQUIRE(client.isOk());
-  auto store = storeOf(std::shared_ptr<EtcdClient>(std::move(client).value()));
+  auto store = storeBehind(proxy, options);
   proxy.arm();
   const auto mine = store->takeTicket("arrivals");
   REQUIRE(mine.isOk());
@@ -522,11 +528,7 @@ TEST_CASE("etcd store: a pop whose answer was lost still returns the items it to
     REQUIRE(direct->queuePush("inbox", item).isOk());
   }
   LostAnswerProxy proxy(options.endpoints.front(), [] {});
-  auto viaProxy = options;
-  viaProxy.endpoints = {proxy.endpoint(), options.endpoints.front()};
-  auto client = EtcdClient::connect(viaProxy);
-  REQUIRE(client.isOk());
-  auto store = storeOf(std::shared_ptr<EtcdClient>(std::move(client).value()));
+  auto store = storeBehind(proxy, options);
   proxy.arm();
   const auto taken = store->queuePopMany("inbox", 10, 2s);
   CHECK(proxy.dropped());
