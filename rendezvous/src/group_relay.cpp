@@ -156,10 +156,10 @@ class Relay final : public GroupRelay {
   // on any lost store, instead of waiting on a relay that forwards nothing.
   template <typename Loop>
   void runThread(const char* what, Loop&& loop) {
-    if (auto s = loop(); !s.isOk() && !stopping_.load()) {
+    // The first thread to fail stops the store; the others then fail on it and say nothing.
+    if (auto s = loop(); !s.isOk() && !stopping_.load() && !failed_.exchange(true)) {
       log::rdzv().error("group relay of job '{}' ({}): {}; its members lose their store", jobId_,
                         what, s.message());
-      failed_ = true;
       drained_.notify_all();
       server_->stop();
     }
