@@ -50,6 +50,28 @@ std::string sizeText(std::uint64_t bytes) {
   return buffer.data();
 }
 
+// Whether this process has fewer than `needed` descriptors left under its soft limit (or cannot
+// even list them: the listing's own descriptor fails with EMFILE).
+bool outOfDescriptors(std::uint64_t needed) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return false;
+  }
+  std::error_code ec;
+  std::uint64_t listed = 0;  // the listing's own descriptor among them
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    ++listed;
+  }
+  if (ec) {
+    return ec.value() == EMFILE;
+  }
+  return listed - 1 + needed > limit.rlim_cur;
+}
+
+// The store check's runner waits this much past the check's own deadline, so that the check's
+// verdict, which says why, comes before the runner's "no answer".
+constexpr milliseconds kStoreVerdictSlack{1000};
+
 std::string secondsText(milliseconds ms) {
   std::array<char, 32> buffer{};
   static_cast<void>(std::snprintf(buffer.data(), buffer.size(), "%g s",
@@ -138,11 +160,19 @@ class SystemProbe final : public HealthProbe {
     options.token = token;
     options.timeout = answerWait;
     auto store = rdzv::connectStore(options);
-    if (!store.isOk()) {
-      return store.status().code() == Errc::kDenied ? store.status()
-                                                    : Status::timeout(store.status().message());
+    Status s = store.isOk() ? store.value()->ping().status() : store.status();
+    if (s.isOk() || s.code() == Errc::kDenied) {
+      return s;
     }
-    return store.value()->ping().status();
+    // A store in this process cannot take the check's connection once the process is out of
+    // descriptors (the check's own socket took the last one): the limit is the news, not the
+    // silence (seen under load at 20 files: "no answer within 5 s", the limit unnamed).
+    if (outOfDescriptors(2)) {
+      return Status::system("the store at " + host + ":" + std::to_string(port) +
+                                " could not take this check's connection",
+                            EMFILE);
+    }
+    return store.isOk() ? s : Status::timeout(s.message());
   }
 
   bool deviceExists(const std::string& path) override {
@@ -408,7 +438,7 @@ std::vector<CheckResult> runHealthChecks(const HealthPlan& plan,
     });
   }
   if (plan.checks.store) {
-    launch(kCheckStore, plan.storeConnectWait + bound,
+    launch(kCheckStore, plan.storeConnectWait + bound + kStoreVerdictSlack,
            [probe, host = plan.storeHost, port = plan.storePort, token = plan.storeToken,
             connectWait = plan.storeConnectWait, bound] {
              const auto began = std::chrono::steady_clock::now();
