@@ -23,3 +23,13 @@ median() {
   sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
     else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
+
+# bench_work NAME: a fresh $work directory and a $pids list; on exit every pid in it is stopped
+# (stop_pid) and $work removed; INT and TERM exit with 130 and 143.
+bench_work() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  pids=()
+  trap 'for pid in "${pids[@]}"; do stop_pid "$pid" 2; done; rm -rf "$work"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}

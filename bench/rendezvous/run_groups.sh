@@ -28,18 +28,9 @@ dtrun=$build/launcher/dtrun
 sim=$build/bench/rendezvous/rdzv_sim
 relays_bin=$build/bench/rendezvous/group_relays
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/run_groups.XXXXXX")
-pids=()
 # shellcheck source=../lib.sh
 source "$repo/bench/lib.sh"
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do stop_pid "$pid" 2; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_work run_groups
 cpu_ms() {  # cpu_ms PID...: their user+system CPU so far, in ms
   local pid total=0 t
   for pid in "$@"; do

@@ -25,18 +25,9 @@ timeout_s=${TIMEOUT_S:-120}
 ninja -C "$build" rdzv_bench rdzv_sim dtrun >/dev/null
 dtrun=$build/launcher/dtrun
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/rdzv_sim.XXXXXX")
-pids=()
 # shellcheck source=../lib.sh
 source "$repo/bench/lib.sh"
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do stop_pid "$pid" 2; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_work rdzv_sim
 
 # The store in a process of its own, so that each process holds one end of each connection.
 timeout $((timeout_s * 20)) "$dtrun" store --host 127.0.0.1 --port 0 --port-file "$work/port" \
