@@ -169,10 +169,12 @@ TEST_CASE("grouped joins: a member that falls silent is lost, its group's others
   }
   checkGroupedRanks(joinGroups(nodes), 0);
   std::atomic<bool> stop{false};
+  // Pointers, not indices: n2 leaves `nodes` below while the others go on beating.
+  const std::vector<RoundMember*> beating{nodes[0].get(), nodes[1].get(), nodes[3].get()};
   std::thread beats([&] {
     while (!stop.load()) {
-      for (const std::size_t i : {0, 1, 3}) {  // n2 (in n1's group) never beats
-        static_cast<void>(nodes[i]->heartbeat());
+      for (RoundMember* m : beating) {  // n2 (in n1's group) never beats
+        static_cast<void>(m->heartbeat());
       }
       std::this_thread::sleep_for(milliseconds(30));
     }
