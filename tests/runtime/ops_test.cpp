@@ -532,6 +532,70 @@ TEST_CASE("gloo: a rank waiting on a peer that failed first fails at once, namin
   });
 }
 
+TEST_CASE("tcp: a peer whose abort frame was lost is named with the cause it recorded",
+          "[runtime][ops]") {
+  // Rank 1 has half of a 64 MiB frame on its way to rank 0 (which reads nothing yet) when its
+  // all_reduce times out: its abort frame cannot pass the half frame, so rank 0 later sees only a
+  // closed connection. The cause rank 1 recorded in the store before closing is then the story.
+  const auto server = dtrun::testing::startServer();
+  Findings f;
+  std::atomic<bool> rank1Failed{false};
+  std::atomic<bool> rank0Done{false};
+  const auto waitFor = [](const std::atomic<bool>& flag) {
+    for (int i = 0; i < 3000 && !flag; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        const rt::Context context =
+            dtrun::testing::joinAsThread(r, 3, server->port(), "/lost_abort");
+        rt::GroupOptions options;
+        options.timeout = 1000ms;
+        const auto g = rt::ProcessGroup::create(context, rt::Backend::kTcp, options);
+        g->barrier();
+        Data small(rt::DataType::kInt32, 4);
+        if (r == 1) {
+          Data big(rt::DataType::kUInt8, std::size_t{64} << 20U);
+          const rt::Work pending = g->isend(big.buffer(), 0, 9);
+          std::this_thread::sleep_for(100ms);  // the frame is half on the wire
+          try {
+            g->allReduce(small.buffer());
+            f.expect(false, "rank 1: all_reduce returned without ranks 0 and 2");
+          } catch (const rt::TimeoutError&) {
+          }
+          rank1Failed = true;
+          waitFor(rank0Done);
+        } else if (r == 0) {
+          waitFor(rank1Failed);
+          try {
+            g->allReduce(small.buffer());
+            f.expect(false, "rank 0: all_reduce returned though rank 1 had failed");
+          } catch (const rt::CommError& e) {
+            const std::string what = e.what();
+            f.expect(what.find("connection to rank 1 closed; rank 1 had failed first "
+                               "(all_reduce: timed out after 1000 ms") != std::string::npos,
+                     "rank 0's error carries rank 1's cause: " + what);
+          }
+          rank0Done = true;
+        } else {
+          waitFor(rank0Done);
+        }
+      } catch (const std::exception& e) {
+        f.expect(false, "rank " + std::to_string(r) + " threw: " + e.what());
+        rank1Failed = true;
+        rank0Done = true;
+      }
+    });
+  }
+  for (auto& t : ranks) {
+    t.join();
+  }
+  f.require();
+}
+
 TEST_CASE("init(Membership) refuses what cannot be a rank, naming it", "[runtime][ops]") {
   rt::Membership who;
   who.rank = 2;

@@ -116,10 +116,13 @@ void Call::waitAll() {
 
 void Call::failWith(const std::string& reason, bool timeout) {
   finished_ = true;
-  comm_.breakGroup(reason);
   if (timeout) {
+    comm_.breakGroup(reason);
     throw TimeoutError(reason);
   }
-  throw CommError(reason);
+  // A peer that failed first may have closed on this rank before its reason could reach it.
+  const std::string why = comm_.withRecordedCauses(reason);
+  comm_.breakGroup(why);
+  throw CommError(why);
 }
 }  // namespace dtrun::runtime::detail::tcp

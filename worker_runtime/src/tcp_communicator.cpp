@@ -29,6 +29,7 @@
 #include "log.h"
 #include "reduce.h"
 #include "shm_setup.h"
+#include "store_handle.h"
 #include "tcp_call.h"
 #include "tcp_setup.h"
 
@@ -122,6 +123,33 @@ void TcpCommunicator::allReduce(const Buffer& buffer, ReduceOp op) {
   if (op == ReduceOp::kAvg) {
     finishAverage(buffer.data, buffer.count, buffer.dtype, size());
   }
+}
+
+// ---- failure --------------------------------------------------------------------------------
+
+std::string TcpCommunicator::failureKey(int groupRank) const {
+  return config_.groupName + "/tcp/failed/" + std::to_string(groupRank);
+}
+
+void TcpCommunicator::breakGroup(const std::string& reason) {
+  if (broken_.empty()) {
+    broken_ = reason;
+    // First the record, then the closes: a peer that sees only a closed connection finds it.
+    // Best effort: never queued behind another store call of this rank.
+    static_cast<void>(config_.store->trySet(failureKey(rank()), reason));
+  }
+  transport_->abort(reason);
+}
+
+std::string TcpCommunicator::withRecordedCauses(std::string message) const {
+  for (const int peer : transport_->crashedWithoutReason()) {
+    const auto cause = config_.store->tryGetNow(failureKey(peer));
+    if (cause && !cause->empty()) {
+      message +=
+          "; rank " + std::to_string(globalRank(peer)) + " had failed first (" + *cause + ")";
+    }
+  }
+  return message;
 }
 
 // ---- groups ---------------------------------------------------------------------------------

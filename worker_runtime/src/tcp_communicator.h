@@ -90,12 +90,12 @@ class TcpCommunicator final : public Communicator {
                       broken_ + ")");
     }
   }
-  void breakGroup(const std::string& reason) {
-    if (broken_.empty()) {
-      broken_ = reason;
-    }
-    transport_->abort(reason);
-  }
+  // Records the first failure in the store, then closes every connection (tcp_call.cpp).
+  void breakGroup(const std::string& reason);
+  // `message` with the cause each peer that died without saying why recorded before it closed:
+  // its abort frame may be lost (tcp_call.cpp).
+  [[nodiscard]] std::string withRecordedCauses(std::string message) const;
+  [[nodiscard]] std::string failureKey(int groupRank) const;
   [[nodiscard]] int globalRank(int r) const {
     return config_.globalRanks[static_cast<std::size_t>(r)];
   }

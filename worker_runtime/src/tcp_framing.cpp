@@ -298,6 +298,7 @@ void Transport::finishMessage(Peer& p) {
     p.rxAbortFrame = false;
     const std::string why(reinterpret_cast<const char*>(chunk.data.get()), chunk.size);
     returnChunk(std::move(chunk));
+    p.saidWhy = true;
     peerFailed(p, peerName(p) + " failed (" + why + ")", true);
     return;
   }

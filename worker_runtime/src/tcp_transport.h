@@ -145,6 +145,9 @@ class Transport {
   // first: a survivor that closes its connections after its own failure resets ours, and which
   // of the two this rank sees first is chance.
   [[nodiscard]] std::vector<std::string> crashReasons();
+  // The group ranks of peers that died without saying why (no abort frame reached this rank:
+  // one cannot pass a frame half on the wire, and a closing socket may drop it).
+  [[nodiscard]] std::vector<int> crashedWithoutReason();
   // "rank 3" in messages: the job rank of group rank r.
   [[nodiscard]] int globalRank(int r) const { return globalRanks_[static_cast<std::size_t>(r)]; }
 
@@ -167,6 +170,7 @@ class Transport {
     bool crashed = false;  // dead without an orderly goodbye (aborts collectives)
     bool leaving = false;  // said goodbye: EOF is expected
     bool byeSent = false;
+    bool saidWhy = false;  // its abort frame came: deadReason carries its cause
     std::string deadReason;
     std::deque<Op*> sendQueue;
     std::deque<Op*> posted;  // receives, in posting order

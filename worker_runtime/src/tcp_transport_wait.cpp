@@ -66,6 +66,17 @@ std::vector<std::string> Transport::crashReasons() {
   return crashReasons_;
 }
 
+std::vector<int> Transport::crashedWithoutReason() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r].crashed && !peers_[r].saidWhy) {
+      ranks.push_back(static_cast<int>(r));
+    }
+  }
+  return ranks;
+}
+
 template <typename Pred>
 bool Transport::driveUntil(std::unique_lock<std::mutex>& lock, Pred done,
                            Clock::time_point deadline, bool background) {
