@@ -97,6 +97,33 @@ done
 [[ $fail_count -ne $before ]] || pass "progress bars and a 200 KB line"
 
 before=$fail_count
+# An unfinished line whose writer still runs stays whole (Python's print writes each argument on
+# its own; here a spin of 1-2 s between two pieces, as a loaded machine may make of a slow repr);
+# one whose writer waits (a prompt) goes out on its own long before the rest comes.
+cat >"$work/pieces.sh" <<'SH'
+#!/bin/bash
+printf 'rank %s has data ' "$RANK"
+end=$((SECONDS + 2))
+while ((SECONDS < end)); do :; done
+printf 'tensor(0.)\n'
+printf 'rank %s prompt> ' "$RANK"
+sleep 3
+printf 'answered\n'
+SH
+chmod +x "$work/pieces.sh"
+rc=0
+timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=3 --log_dir="$work/logs" --rdzv_id=pieces \
+  --no_python "$work/pieces.sh" >"$work/pieces.out" 2>/dev/null || rc=$?
+[[ $rc -eq 0 ]] || note_fail "pieces: dtrun exited $rc"
+for r in 0 1; do
+  grep -qxF "[default$r]:rank $r has data tensor(0.)" "$work/pieces.out" ||
+    note_fail "pieces: rank $r's line written in two pieces 1-2 s apart was cut: $(grep -F "[default$r]" "$work/pieces.out" | head -3)"
+  grep -qxF "[default$r]:rank $r prompt> " "$work/pieces.out" && grep -qxF "[default$r]:answered" "$work/pieces.out" ||
+    note_fail "pieces: rank $r's prompt did not go out on its own: $(grep -F "[default$r]" "$work/pieces.out" | tail -2)"
+done
+[[ $fail_count -ne $before ]] || pass "a line written in pieces by a running worker stays whole; a waiting worker's prompt goes out"
+
+before=$fail_count
 # torchrun's --log-line-prefix-template and --duplicate-stdout-filters.
 rc=0
 CRLF=1 LINES=3 timeout "$LIMIT" "$DTRUN" --nproc_per_node=2 --tee=1 --log_dir="$work/logs" --rdzv_id=prefix \

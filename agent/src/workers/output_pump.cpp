@@ -64,6 +64,10 @@ void OutputPump::collapseInto(std::shared_ptr<CollapsedConsole> console, int ran
   collapsedStream_ = stream;
 }
 
+void OutputPump::holdWhileRunning(std::function<bool()> running) {
+  writerRunning_ = std::move(running);
+}
+
 void OutputPump::start() { readSome(); }
 
 // Waits for readiness and reads itself, so no bytes ever sit in a queued completion handler
@@ -176,14 +180,17 @@ void OutputPump::copyDuplicates(const std::string& lines) {
 }
 
 // The first byte of an unfinished line starts the clock: whatever of it is still held
-// kQuietFlush later goes out as a line of its own. One timer serves every line: when it fires
-// for a line that has ended since, it waits again for the line held now.
-void OutputPump::armQuietFlush() {
+// kQuietFlush later goes out as a line of its own, unless its writer is still running (then up to
+// kRunningHold). One timer serves every line: when it fires for a line that has ended since, it
+// waits again for the line held now.
+void OutputPump::armQuietFlush() { armQuietFlushAt(heldSince_ + kQuietFlush); }
+
+void OutputPump::armQuietFlushAt(std::chrono::steady_clock::time_point at) {
   if (quietArmed_) {
     return;
   }
   quietArmed_ = true;
-  quietTimer_.expires_at(heldSince_ + kQuietFlush);
+  quietTimer_.expires_at(at);
   quietTimer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
     if (!*alive || ec) {
       return;
@@ -192,8 +199,13 @@ void OutputPump::armQuietFlush() {
     if (!lines_.pending()) {
       return;
     }
-    if (std::chrono::steady_clock::now() < heldSince_ + kQuietFlush) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < heldSince_ + kQuietFlush) {
       armQuietFlush();
+      return;
+    }
+    if (now < heldSince_ + kRunningHold && writerRunning_ && writerRunning_()) {
+      armQuietFlushAt(now + kRunningPoll);
       return;
     }
     flushPartialLine();

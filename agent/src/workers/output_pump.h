@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,9 @@ struct DuplicateSink {
 class OutputPump {
  public:
   static constexpr std::chrono::milliseconds kQuietFlush{200};
+  // While the writer runs (see holdWhileRunning) a held line waits for its rest this long.
+  static constexpr std::chrono::milliseconds kRunningHold{5000};
+  static constexpr std::chrono::milliseconds kRunningPoll{50};
 
   // Takes the pipe's read end and the log file; `consoleFd` is 1 or 2, written through `console`.
   // `prefix` goes before each console line in kLines mode ("" for none). `duplicates` may be
@@ -54,6 +58,13 @@ class OutputPump {
   // empty); duplicate-filtered lines are copied behind "[rank N]: ". Call before start().
   void collapseInto(std::shared_ptr<CollapsedConsole> console, int rank, ConsoleStream stream);
 
+  // `running` says whether the worker writing into the pipe is running (not waiting): one that
+  // runs is most likely still writing the line it began, in pieces (Python's print writes each
+  // argument on its own under PYTHONUNBUFFERED or line buffering), slowed down by a loaded
+  // machine; its unfinished line then waits for its rest up to kRunningHold instead of going out
+  // after kQuietFlush. A prompt's writer waits for its reader and goes out at once. Call before
+  // start().
+  void holdWhileRunning(std::function<bool()> running);
   void start();
   // Copies whatever is still buffered in the pipe without waiting, then stops; used once the
   // worker exited (its children may keep the pipe open, so EOF is not awaited).
@@ -70,6 +81,7 @@ class OutputPump {
   void writeConsole(const std::string& lines);
   void copyDuplicates(const std::string& lines);
   void armQuietFlush();
+  void armQuietFlushAt(std::chrono::steady_clock::time_point at);
 
   boost::asio::posix::stream_descriptor pipe_;
   UniqueFd logFile_;
@@ -84,6 +96,7 @@ class OutputPump {
   ConsoleStream collapsedStream_ = ConsoleStream::kOut;
   boost::asio::steady_timer quietTimer_;
   bool quietArmed_ = false;
+  std::function<bool()> writerRunning_;
   // When the line held now began: the quiet spell counts from it, not from an earlier line's
   // start (a line written in pieces a few ms apart must not be cut because the line before it
   // armed the timer).

@@ -262,6 +262,13 @@ std::unique_ptr<OutputPump> WorkerGroup::makePump(const Worker& w, UniqueFd pipe
     pump->collapseInto(collapsed_, w.rank,
                        stream == Streams::kOut ? ConsoleStream::kOut : ConsoleStream::kErr);
   }
+  if (w.child) {
+    // 'R': on a CPU or waiting for one, as a worker between two pieces of a line is.
+    pump->holdWhileRunning([pid = static_cast<unsigned>(w.child->pid())] {
+      const auto stat = readProcStat(pid);
+      return stat && stat->state == 'R';
+    });
+  }
   pump->start();
   return pump;
 }
