@@ -90,10 +90,10 @@ class TcpCommunicator final : public Communicator {
                       broken_ + ")");
     }
   }
-  // Records the first failure in the store, then closes every connection (tcp_call.cpp).
+  // Records the first failure in the store, then closes every connection.
   void breakGroup(const std::string& reason);
   // `message` with the cause each peer that died without saying why recorded before it closed:
-  // its abort frame may be lost (tcp_call.cpp).
+  // its abort frame may be lost.
   [[nodiscard]] std::string withRecordedCauses(std::string message) const;
   [[nodiscard]] std::string failureKey(int groupRank) const;
   [[nodiscard]] int globalRank(int r) const {
