@@ -196,8 +196,10 @@ ENDPOINTS=$ETCD_ENDPOINTS
 
 # --- keeper: kill -9 of the agent with the keeper and the workers' store -------------------
 marker=$work/keeper.go
-start keeper_0 $(common keeper 2:3) --local_addr=127.0.0.1 --max_restarts=1 --nproc_per_node=1 \
-  --report="$work/keeper_0.json" "$WORKER" wait "$marker"
+# --node_rank=0: node 0 holds the workers' store, and ranks otherwise follow arrival, which under
+# load may put another agent's join before the first one's.
+start keeper_0 $(common keeper 2:3) --local_addr=127.0.0.1 --node_rank=0 --max_restarts=1 \
+  --nproc_per_node=1 --report="$work/keeper_0.json" "$WORKER" wait "$marker"
 wait_until "$LIMIT" grep -q "runs the keeper" "$work/keeper_0.out" ||
   note_fail "keeper: the first agent did not say it runs the keeper"
 for i in 1 2; do
