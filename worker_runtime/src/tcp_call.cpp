@@ -116,13 +116,12 @@ void Call::waitAll() {
 
 void Call::failWith(const std::string& reason, bool timeout) {
   finished_ = true;
-  if (timeout) {
-    comm_.breakGroup(reason);
-    throw TimeoutError(reason);
-  }
   // A peer that failed first may have closed on this rank before its reason could reach it.
-  const std::string why = comm_.withRecordedCauses(reason);
+  const std::string why = timeout ? reason : comm_.withRecordedCauses(reason);
   comm_.breakGroup(why);
+  if (timeout) {
+    throw TimeoutError(why);
+  }
   throw CommError(why);
 }
 }  // namespace dtrun::runtime::detail::tcp
