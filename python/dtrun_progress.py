@@ -1,7 +1,8 @@
 """Progress reports and stack dumps for Python workers under dtrun.
 
-dtrun's agent gives every worker a small progress file (DTRUN_PROGRESS_FILE) and, with
---hang_timeout, reads it to find ranks that stopped making progress. libdtrt writes it on
+dtrun's agent gives every worker a small progress slot (DTRUN_PROGRESS_SLOT, its local rank, in
+the node's DTRUN_PROGRESS_FILE) and, with --hang_timeout, reads it to find ranks that stopped
+making progress. libdtrt writes it on
 every collective; a Python worker writes it through this module:
 
     import dtrun_progress as progress          # copy this file next to your script, or PYTHONPATH
@@ -16,7 +17,8 @@ real-time signal, because SIGUSR1/SIGUSR2 are the batch schedulers' preemption w
 dtrun forwards to the workers and which training scripts handle themselves. Outside dtrun (no
 DTRUN_PROGRESS_FILE) every call does nothing.
 
-File layout (little-endian; see common/src/progress_file.h, the one definition):
+A slot's layout (512 bytes from SLOT * 512, little-endian; see common/src/progress_file.h, the one
+definition):
   8 seq (odd while writing), 16 ops, 24 op start (CLOCK_MONOTONIC ns, 0 = none), 32 last change,
   40 bytes, 48 store connected (CLOCK_REALTIME ns), 56 communicator ready, 64 stack signal (i32),
   68 pid (i32), 72 op name (40 bytes), 112 group (48 bytes), 160 entry times on (i32, set by the
@@ -38,7 +40,8 @@ _SIZE = 512
 _RING = 256
 _RING_SIZE = 32
 _lock = threading.Lock()
-_map = None
+_mapping = None  # the file's mapping, up to this rank's slot
+_map = None  # this rank's slot in it
 _stack_file = None
 _entry_times = False  # the agent compares entry times (read once: it never changes)
 # Precompiled layouts: begin() and end() are on the path of every collective the torch hook
@@ -52,24 +55,27 @@ _encoded = {}  # (op, group) -> the two NUL-padded fields
 
 
 def _open():
-    global _map, _stack_file, _entry_times
+    global _mapping, _map, _stack_file, _entry_times
     path = os.environ.get("DTRUN_PROGRESS_FILE")
     if not path:
         return
     try:
+        offset = int(os.environ.get("DTRUN_PROGRESS_SLOT") or 0) * _SIZE
         fd = os.open(path, os.O_RDWR)
-    except OSError:
+    except (OSError, ValueError):
         return
     try:
-        mapped = mmap.mmap(fd, _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    except (OSError, ValueError):  # not a progress file (too short, not mappable)
+        mapping = mmap.mmap(fd, offset + _SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):  # not a progress file (too short for the slot, not mappable)
         return
     finally:
         os.close(fd)
+    mapped = memoryview(mapping)[offset : offset + _SIZE]  # offsets below are the slot's
     if struct.unpack_from("<Q", mapped, 0)[0] != _MAGIC:
-        mapped.close()
+        mapped.release()
+        mapping.close()
         return
-    _map = mapped
+    _mapping, _map = mapping, mapped
     _entry_times = struct.unpack_from("<i", mapped, 160)[0] != 0
     log_dir = os.environ.get("DTRUN_LOG_DIR")
     if log_dir:

@@ -1,5 +1,6 @@
 // dtrun/agent.h's plannedWorkerEnvironment (what --dry-run shows): attempt 0's placement of one
 // worker, through the same function that gives the workers their environment.
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ std::vector<std::string> plannedWorkerEnvironment(const AgentConfig& config,
   if (!config.discardsLogs()) {
     placement.errorFile = logDir + "/error.json";
     placement.logDir = logDir;
-    placement.progressFile = logDir + "/progress";
+    placement.progressFile = (std::filesystem::path(logDir).parent_path() / "progress").string();
   }
   return detail::workerEnvironment(inherited, config, placement);
 }

@@ -34,12 +34,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   ::close(fd);
-  if (!dtrun::progress::createProgressFile(path)) {
+  if (!dtrun::progress::createProgressFile(path, 1)) {
     std::cerr << "progress_bench: cannot write " << path << "\n";
     return 1;
   }
-  auto writer = dtrun::progress::ProgressWriter::open(path);
-  auto reader = dtrun::progress::ProgressReader::open(path);
+  auto writer = dtrun::progress::ProgressWriter::open(path, 0);
+  auto reader = dtrun::progress::ProgressReader::open(path, 0);
   if (!writer || !reader) {
     std::cerr << "progress_bench: cannot map " << path << "\n";
     return 1;

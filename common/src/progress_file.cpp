@@ -3,14 +3,19 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrun/common.h"
+
+#include "fd_io.h"
 
 namespace dtrun::progress {
 namespace {
@@ -69,22 +74,42 @@ std::int64_t clockNs(clockid_t clock) {
   return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-unsigned char* mapFile(const std::string& path, bool writable) {
+std::size_t pageSize() {
+  static const auto size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+// Maps the page that holds slot `slot` of `path`; returns the slot's first byte, or nullptr when
+// the file cannot be opened, is too short to hold the slot (touching it would be SIGBUS) or the
+// slot is not a progress slot.
+unsigned char* mapSlot(const std::string& path, std::size_t slot, bool writable) {
+  static_assert(4096 % kProgressFileSize == 0, "a slot must never straddle two pages");
   UniqueFd fd(::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC));
-  if (!fd.valid()) {
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 ||
+      static_cast<std::size_t>(st.st_size) / kProgressFileSize <= slot) {
     return nullptr;
   }
-  void* base = ::mmap(nullptr, kProgressFileSize, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                      MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) {
+  const std::size_t offset = slot * kProgressFileSize;
+  const std::size_t within = offset % pageSize();
+  void* page =
+      ::mmap(nullptr, within + kProgressFileSize, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+             MAP_SHARED, fd.get(), static_cast<off_t>(offset - within));
+  if (page == MAP_FAILED) {
     return nullptr;
   }
-  auto* bytes = static_cast<unsigned char*>(base);
+  auto* bytes = static_cast<unsigned char*>(page) + within;
   if (load<std::uint64_t>(bytes, 0) != kProgressMagic) {
-    ::munmap(base, kProgressFileSize);
+    ::munmap(page, within + kProgressFileSize);
     return nullptr;
   }
   return bytes;
+}
+
+// The mapping began at the slot's page: its offset in that page tells where.
+void unmapSlot(const unsigned char* slot) {
+  const std::size_t within = reinterpret_cast<std::uintptr_t>(slot) % pageSize();
+  ::munmap(const_cast<unsigned char*>(slot - within), within + kProgressFileSize);  // NOLINT: ours
 }
 
 }  // namespace
@@ -92,20 +117,22 @@ unsigned char* mapFile(const std::string& path, bool writable) {
 std::int64_t monotonicNs() { return clockNs(CLOCK_MONOTONIC); }
 std::int64_t realtimeNs() { return clockNs(CLOCK_REALTIME); }
 
-bool createProgressFile(const std::string& path, bool entryTimes) {
+bool createProgressFile(const std::string& path, std::size_t slots, bool entryTimes) {
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     return false;
   }
-  std::array<unsigned char, kProgressFileSize> content{};
-  std::memcpy(content.data(), &kProgressMagic, sizeof kProgressMagic);
+  std::vector<unsigned char> content(slots * kProgressFileSize);
   const std::int32_t on = entryTimes ? 1 : 0;
-  std::memcpy(content.data() + kEntryTimes, &on, sizeof on);
-  return ::write(fd.get(), content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  for (std::size_t at = 0; at < content.size(); at += kProgressFileSize) {
+    std::memcpy(content.data() + at, &kProgressMagic, sizeof kProgressMagic);
+    std::memcpy(content.data() + at + kEntryTimes, &on, sizeof on);
+  }
+  return io::writeAll(fd.get(), content.data(), content.size());
 }
 
-std::optional<ProgressWriter> ProgressWriter::open(const std::string& path) {
-  unsigned char* base = mapFile(path, true);
+std::optional<ProgressWriter> ProgressWriter::open(const std::string& path, std::size_t slot) {
+  unsigned char* base = mapSlot(path, slot, true);
   if (base == nullptr) {
     return std::nullopt;
   }
@@ -121,7 +148,7 @@ ProgressWriter::ProgressWriter(ProgressWriter&& other) noexcept : base_(other.ba
 
 ProgressWriter::~ProgressWriter() {
   if (base_ != nullptr) {
-    ::munmap(base_, kProgressFileSize);
+    unmapSlot(base_);
   }
 }
 
@@ -167,8 +194,8 @@ void ProgressWriter::markCommunicatorReady() {
       .compare_exchange_strong(unset, realtimeNs(), std::memory_order_relaxed);
 }
 
-std::optional<ProgressReader> ProgressReader::open(const std::string& path) {
-  const unsigned char* base = mapFile(path, false);
+std::optional<ProgressReader> ProgressReader::open(const std::string& path, std::size_t slot) {
+  const unsigned char* base = mapSlot(path, slot, false);
   if (base == nullptr) {
     return std::nullopt;
   }
@@ -177,7 +204,7 @@ std::optional<ProgressReader> ProgressReader::open(const std::string& path) {
 
 ProgressReader::~ProgressReader() {
   if (base_ != nullptr) {
-    ::munmap(const_cast<unsigned char*>(base_), kProgressFileSize);  // NOLINT: our mapping
+    unmapSlot(base_);
   }
 }
 

@@ -4,7 +4,12 @@
 // stores into shared memory); Python workers write it through python/dtrun_progress.py; the
 // agent maps it and reads a consistent snapshot on its own timer. Internal to dtrun.
 //
-// Layout (kProgressFileSize bytes, little-endian, every field naturally aligned):
+// One file per attempt and node (<attempt dir>/progress), a slot of kProgressFileSize bytes per
+// local rank, the worker's at LOCAL_RANK * kProgressFileSize (DTRUN_PROGRESS_SLOT): one file
+// instead of one per rank, because creating files is most of what a launch costs on ext4. Slots
+// divide a page, so each worker maps one page and no slot straddles two.
+//
+// A slot's layout (kProgressFileSize bytes, little-endian, every field naturally aligned):
 //   0   u64 magic kProgressMagic ("DTRTPRG1")
 //   8   u64 seq        seqlock: odd while the writer is in the middle of an update
 //   16  u64 ops        operations started so far, the current one included
@@ -24,6 +29,7 @@
 //                       across hosts (NTP keeps hosts' clocks within milliseconds).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -58,15 +64,16 @@ struct Snapshot {
 std::int64_t monotonicNs();
 std::int64_t realtimeNs();
 
-// Creates (or truncates) `path` as an empty progress file: magic set, everything else zero but
-// the entry-times switch. False on any error (the caller names the path).
-bool createProgressFile(const std::string& path, bool entryTimes = false);
+// Creates (or truncates) `path` as a progress file of `slots` empty slots: each slot's magic set,
+// everything else zero but the entry-times switch. False on any error (the caller names the path).
+bool createProgressFile(const std::string& path, std::size_t slots, bool entryTimes = false);
 
 // The worker's side. Thread-safe (a mutex serialises writers; the reader never blocks them).
 class ProgressWriter {
  public:
-  // Maps `path` (created by the agent); nullopt when it cannot be opened or is not one.
-  static std::optional<ProgressWriter> open(const std::string& path);
+  // Maps slot `slot` of `path` (created by the agent); nullopt when it cannot be opened or the
+  // file holds no such slot.
+  static std::optional<ProgressWriter> open(const std::string& path, std::size_t slot);
   ProgressWriter(ProgressWriter&& other) noexcept;
   ProgressWriter& operator=(ProgressWriter&&) = delete;
   ProgressWriter(const ProgressWriter&) = delete;
@@ -80,14 +87,14 @@ class ProgressWriter {
 
  private:
   explicit ProgressWriter(unsigned char* base) : base_(base) {}
-  unsigned char* base_;  // the mapping, owned
+  unsigned char* base_;  // the slot, in a mapping owned (see unmapSlot)
   std::mutex mutex_;
 };
 
 // The agent's side: a read-only mapping. Not thread-safe; never blocks the writer.
 class ProgressReader {
  public:
-  static std::optional<ProgressReader> open(const std::string& path);
+  static std::optional<ProgressReader> open(const std::string& path, std::size_t slot);
   ProgressReader(ProgressReader&& other) noexcept : base_(other.base_) { other.base_ = nullptr; }
   ProgressReader& operator=(ProgressReader&&) = delete;
   ProgressReader(const ProgressReader&) = delete;
@@ -100,7 +107,7 @@ class ProgressReader {
 
  private:
   explicit ProgressReader(const unsigned char* base) : base_(base) {}
-  const unsigned char* base_;  // the mapping, owned
+  const unsigned char* base_;  // the slot, in a mapping owned (see unmapSlot)
 };
 
 }  // namespace dtrun::progress

@@ -91,16 +91,12 @@ TEST_CASE("gpu readings: this process's /proc facts") {
 TEST_CASE("gpu readings: the workers a run directory records") {
   const dtrun::testing::TempDir run;
   const fs::path& dir = run.path();
-  // attempt_0: rank 2 (its pid record written as at a spawn), rank 3 without a pid record.
-  writeText(dir / "attempt_0/0/environment", "GROUP_RANK=1\nLOCAL_RANK=0\nRANK=2\n");
-  writeWorkerPid(dir / "attempt_0/0", ::getpid());
-  writeText(dir / "attempt_0/1/environment", "LOCAL_RANK=1\nRANK=3\n");
-  // attempt_1-round3: rank 3 again; a pid record with no environment record is nobody's.
-  writeText(dir / "attempt_1-round3/1/environment", "RANK=3\nLOCAL_RANK=1\n");
-  writeText(dir / "attempt_1-round3/1/worker_pid", "5151 777\n");
-  writeText(dir / "attempt_1-round3/0/worker_pid", "5150 776\n");
-  writeText(dir / "other/0/environment", "RANK=9\nLOCAL_RANK=9\n");  // not an attempt
-  writeText(dir / "other/0/worker_pid", "9999 1\n");
+  // attempt_0: local rank 0 (rank 2), its line written as at a spawn, then a line that is not one.
+  const std::string spawned = workerPidLine(0, 2, ::getpid());
+  writeText(dir / "attempt_0/worker_pids", spawned + "1 3 zero 5\n");
+  // attempt_1-round3: rank 3 again; a pid 0 is nobody's.
+  writeText(dir / "attempt_1-round3/worker_pids", "1 3 5151 777\n0 2 0 776\n");
+  writeText(dir / "other/worker_pids", "9 9 9999 1\n");  // not an attempt
 
   const auto workers = readWorkerPids(dir);
   REQUIRE(workers.size() == 2);
@@ -115,9 +111,8 @@ TEST_CASE("gpu readings: the workers a run directory records") {
   CHECK(workers[1].localRank == 1);
   CHECK(workers[1].attempt == "attempt_1-round3");
 
-  std::string line;
-  std::getline(std::ifstream(dir / "attempt_0/0/worker_pid"), line);
-  CHECK(line == std::to_string(::getpid()) + " " + std::to_string(workers[0].startTicks));
+  CHECK(spawned ==
+        "0 2 " + std::to_string(::getpid()) + " " + std::to_string(workers[0].startTicks) + "\n");
   CHECK(readWorkerPids(dir / "absent").empty());
 }
 

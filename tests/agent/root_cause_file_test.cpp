@@ -104,7 +104,8 @@ TEST_CASE("writeRootCauseErrorFile replaces the file with the worker's copy", "[
 TEST_CASE("workers get their own error file, never the launcher's", "[unit][agent]") {
   dtrun::agent::AgentConfig config;
   const std::vector<std::string> inherited = {"TORCHELASTIC_ERROR_FILE=/sched/error.json",
-                                              "DTRUN_PROGRESS_FILE=/outer/progress"};
+                                              "DTRUN_PROGRESS_FILE=/outer/progress",
+                                              "DTRUN_PROGRESS_SLOT=3"};
   dtrun::agent::detail::WorkerPlacement placement;
   placement.errorFile = "/logs/j/attempt_0/0/error.json";
   CHECK(envOf(dtrun::agent::detail::workerEnvironment(inherited, config, placement),
@@ -114,5 +115,6 @@ TEST_CASE("workers get their own error file, never the launcher's", "[unit][agen
       dtrun::agent::detail::workerEnvironment(inherited, config, {} /* no directory */);
   CHECK(envOf(env, "TORCHELASTIC_ERROR_FILE").empty());
   CHECK(envOf(env, "DTRUN_PROGRESS_FILE").empty());
+  CHECK(envOf(env, "DTRUN_PROGRESS_SLOT").empty());
   CHECK(envOf(env, "DTRUN_LOG_DIR").empty());
 }

@@ -1,14 +1,17 @@
 // The progress file between a writer and a reader that map it separately, as a worker and its
-// agent do; and a Python-written file (python/dtrun_progress.py) read by the C++ reader.
+// agent do; a node's ranks in their slots of one file; and a Python-written file
+// (python/dtrun_progress.py) read by the C++ reader.
 #include "progress_file.h"
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -30,9 +33,9 @@ struct FreshPath {
 // A fresh progress file mapped by a writer and a reader, as a worker and its agent map it.
 struct MappedFile {
   const FreshPath fresh{};
-  const bool created = dtrun::progress::createProgressFile(fresh.path);
-  std::optional<ProgressWriter> writer = ProgressWriter::open(fresh.path);
-  std::optional<ProgressReader> reader = ProgressReader::open(fresh.path);
+  const bool created = dtrun::progress::createProgressFile(fresh.path, 1);
+  std::optional<ProgressWriter> writer = ProgressWriter::open(fresh.path, 0);
+  std::optional<ProgressReader> reader = ProgressReader::open(fresh.path, 0);
 };
 
 }  // namespace
@@ -120,22 +123,56 @@ TEST_CASE("a file that is not a progress file is refused", "[unit][progress]") {
   REQUIRE(file != nullptr);
   std::fputs(std::string(300, 'x').c_str(), file);
   std::fclose(file);
-  CHECK_FALSE(ProgressReader::open(path));
-  CHECK_FALSE(ProgressWriter::open(path));
-  CHECK_FALSE(ProgressReader::open(path + ".missing"));
+  CHECK_FALSE(ProgressReader::open(path, 0));
+  CHECK_FALSE(ProgressWriter::open(path, 0));
+  CHECK_FALSE(ProgressReader::open(path + ".missing", 0));
+}
+
+TEST_CASE("a node's ranks write their own slots of one file", "[unit][progress]") {
+  // 10 slots: two pages, so slot 9 is mapped at an offset within the second one.
+  const FreshPath fresh{};
+  constexpr std::size_t kSlots = 10;
+  REQUIRE(dtrun::progress::createProgressFile(fresh.path, kSlots));
+  std::vector<ProgressWriter> writers;
+  for (std::size_t slot = 0; slot < kSlots; ++slot) {
+    auto writer = ProgressWriter::open(fresh.path, slot);
+    REQUIRE(writer);
+    writers.push_back(std::move(*writer));
+  }
+  for (std::size_t slot = 0; slot < kSlots; ++slot) {
+    for (std::size_t op = 0; op <= slot; ++op) {
+      writers[slot].begin("all_reduce", "rank" + std::to_string(slot), slot);
+    }
+  }
+  for (std::size_t slot = 0; slot < kSlots; ++slot) {
+    const auto reader = ProgressReader::open(fresh.path, slot);
+    REQUIRE(reader);
+    const auto s = reader->read();
+    REQUIRE(s);
+    CHECK(s->ops == slot + 1);
+    CHECK(s->group == "rank" + std::to_string(slot));
+    CHECK(s->bytes == slot);
+  }
+  // A slot past the file's end would be SIGBUS to touch: refused.
+  CHECK_FALSE(ProgressReader::open(fresh.path, kSlots));
+  CHECK_FALSE(ProgressWriter::open(fresh.path, kSlots + 100));
+  // One whose offset wraps around to slot 0's (a DTRUN_PROGRESS_SLOT of garbage) too.
+  CHECK_FALSE(ProgressWriter::open(
+      fresh.path, std::numeric_limits<std::size_t>::max() / dtrun::progress::kProgressFileSize + 1));
 }
 
 TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]") {
   const FreshPath fresh{};
   const std::string& path = fresh.path;
-  REQUIRE(dtrun::progress::createProgressFile(path));
+  REQUIRE(dtrun::progress::createProgressFile(path, 10));
   const std::string command = "DTRUN_PROGRESS_FILE=" + path +
-                              " PYTHONPATH=" DTRUN_SOURCE_DIR
+                              " DTRUN_PROGRESS_SLOT=9 PYTHONPATH=" DTRUN_SOURCE_DIR
                               "/python DTRUN_LOG_DIR= "
                               "/usr/bin/python3 -c 'import dtrun_progress as p; "
                               "p.mark_store_connected(); p.begin(\"load_batch\", \"world\", 12)'";
-  REQUIRE(std::system(command.c_str()) == 0);  // NOLINT(concurrency-mt-unsafe)
-  auto reader = ProgressReader::open(path);
+  REQUIRE(std::system(command.c_str()) == 0);              // NOLINT(concurrency-mt-unsafe)
+  CHECK(ProgressReader::open(path, 0)->read()->ops == 0);  // slot 9's, not the file's first
+  auto reader = ProgressReader::open(path, 9);
   REQUIRE(reader);
   auto s = reader->read();
   REQUIRE(s);
@@ -151,9 +188,9 @@ TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]")
 TEST_CASE("with entry times on, the last 32 operations' entries come back in order",
           "[unit][progress]") {
   const FreshPath fresh{};
-  REQUIRE(dtrun::progress::createProgressFile(fresh.path, /*entryTimes=*/true));
-  auto writer = ProgressWriter::open(fresh.path);
-  auto reader = ProgressReader::open(fresh.path);
+  REQUIRE(dtrun::progress::createProgressFile(fresh.path, 1, /*entryTimes=*/true));
+  auto writer = ProgressWriter::open(fresh.path, 0);
+  auto reader = ProgressReader::open(fresh.path, 0);
   REQUIRE(writer);
   REQUIRE(reader);
   const std::int64_t before = dtrun::progress::realtimeNs();
@@ -187,7 +224,7 @@ TEST_CASE("with entry times off, writers record none", "[unit][progress]") {
 TEST_CASE("python/dtrun_progress.py records entry times when the agent asks", "[unit][progress]") {
   const FreshPath fresh{};
   const std::string& path = fresh.path;
-  REQUIRE(dtrun::progress::createProgressFile(path, /*entryTimes=*/true));
+  REQUIRE(dtrun::progress::createProgressFile(path, 1, /*entryTimes=*/true));
   const std::int64_t before = dtrun::progress::realtimeNs();
   const std::string command = "DTRUN_PROGRESS_FILE=" + path +
                               " PYTHONPATH=" DTRUN_SOURCE_DIR
@@ -195,7 +232,7 @@ TEST_CASE("python/dtrun_progress.py records entry times when the agent asks", "[
                               "/usr/bin/python3 -c 'import dtrun_progress as p; "
                               "[(p.begin(\"all_reduce\"), p.end()) for _ in range(3)]'";
   REQUIRE(std::system(command.c_str()) == 0);  // NOLINT(concurrency-mt-unsafe)
-  auto reader = ProgressReader::open(path);
+  auto reader = ProgressReader::open(path, 0);
   REQUIRE(reader);
   const auto s = reader->read();
   REQUIRE(s);

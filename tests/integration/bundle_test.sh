@@ -46,8 +46,8 @@ grep -qE "^dtrun bundle: $name\.tar \([0-9]+ files, [0-9]+ KiB" "$work/bundle.ou
 mkdir -p "$work/open"
 tar -xf "$work/$name.tar" -C "$work/open" || die "tar cannot read $name.tar"
 b=$work/open/$name
-for f in MANIFEST.txt run.json report.json report.html events.jsonl attempt_0/0/environment \
-  attempt_0/1/stdout.log attempt_1/1/stderr.log attempt_1/0/environment; do
+for f in MANIFEST.txt run.json report.json report.html events.jsonl attempt_0/environment \
+  attempt_0/worker_pids attempt_0/1/stdout.log attempt_1/1/stderr.log attempt_1/environment; do
   [[ -s $b/$f ]] || note_fail "the bundle lacks $f: $(ls -R "$b" | head -n 30)"
 done
 
@@ -64,12 +64,14 @@ PY
 [[ $got == "True True True True True 2 failed 2" ]] ||
   note_fail "run.json and report.json: want the command line, version, kernel, host, 2 ranks, a failed outcome of 2 attempts (True x5, 2 failed 2), got: $got"
 
-env1=$b/attempt_1/1/environment
+# Local rank 1's part of attempt 1's record: from its heading to the next.
+env1=$work/env1
+sed -n '/^# local rank 1, rank 1$/,/^# local rank [^1]/p' "$b/attempt_1/environment" >"$env1"
 for line in RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 TORCHELASTIC_RESTART_COUNT=1 'DTRUN_STORE_TOKEN=<redacted>'; do
-  grep -qxF "$line" "$env1" || note_fail "attempt_1/1/environment lacks '$line': $(head -c 400 "$env1")"
+  grep -qxF "$line" "$env1" || note_fail "attempt_1/environment, local rank 1, lacks '$line': $(head -c 400 "$env1")"
 done
-! grep -qE '^(HOME|DTRUN_ETCD_PASSWORD)=' "$env1" ||
-  note_fail "attempt_1/1/environment holds what the rank inherited (HOME or DTRUN_ETCD_PASSWORD), not only what dtrun set"
+! grep -qE '^(HOME|DTRUN_ETCD_PASSWORD)=' "$b/attempt_1/environment" ||
+  note_fail "attempt_1/environment holds what the rank inherited (HOME or DTRUN_ETCD_PASSWORD), not only what dtrun set"
 
 out0=$b/attempt_0/1/stdout.log
 size=$(stat -c %s "$out0")

@@ -38,7 +38,7 @@ grep -qE "^  3 +1 +1 +$work/logs/job7/attempt_0/1$" "$work/out" || die "no rank 
 expect_line "$work/out" "Worker 3 (local rank 1): $work/never-run --epochs 3"
 for entry in RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 GROUP_RANK=1 GROUP_WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 \
   MASTER_ADDR=h0.example MASTER_PORT=29512 TORCHELASTIC_RUN_ID=job7 DTRUN_STORE_ADDR=h0.example:29512 \
-  "DTRUN_LOG_DIR=$work/logs/job7/attempt_0/1" "DTRUN_PROGRESS_FILE=$work/logs/job7/attempt_0/1/progress"; do
+  "DTRUN_LOG_DIR=$work/logs/job7/attempt_0/1" "DTRUN_PROGRESS_FILE=$work/logs/job7/attempt_0/progress" DTRUN_PROGRESS_SLOT=1; do
   expect_line "$work/out" "    $entry"
 done
 [[ ! -e $work/logs ]] || die "a dry run created the log directory $work/logs"

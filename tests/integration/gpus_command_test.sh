@@ -50,19 +50,22 @@ g0=$(cat "$work/gpu_pid.0")
 g1=$(cat "$work/gpu_pid.1")
 g2=$(cat "$work/gpu_pid.2")
 # Until each has exec'd sleep (a child is bash for a moment after its fork) and every pid record
-# is there (written after each spawn).
+# is there (written once all were started).
+pids=$run/attempt_0/worker_pids
 until [[ $(cat "/proc/$g0/comm" "/proc/$g1/comm" "/proc/$g2/comm" "/proc/$foreign/comm" 2>&1) == \
-  $'sleep\nsleep\nsleep\nsleep' && -s $run/attempt_0/2/worker_pid ]]; do
+  $'sleep\nsleep\nsleep\nsleep' && $(wc -l <"$pids" 2>/dev/null) == 3 ]]; do
   ((SECONDS < LIMIT)) || die "the workers' processes did not become sleep within $LIMIT s"
   sleep 0.1
 done
-# Each rank's record: its worker's pid and start time (/proc/<pid>/stat's 22nd field).
+# Each rank's line: local rank, rank, its worker's pid and start time (/proc/<pid>/stat's 22nd field).
 for r in 0 1 2; do
-  read -r pid start <"$run/attempt_0/$r/worker_pid" || note_fail "attempt_0/$r/worker_pid unreadable"
+  read -r local rank pid start < <(awk -v r="$r" '$1 == r' "$pids") ||
+    note_fail "attempt_0/worker_pids: no line for local rank $r"
+  [[ $local == "$r" && $rank == "$r" ]] || note_fail "attempt_0/worker_pids: local rank $local, rank $rank"
   want=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
-  [[ $start == "$want" ]] || note_fail "attempt_0/$r/worker_pid: start $start, /proc says $want"
+  [[ $start == "$want" ]] || note_fail "attempt_0/worker_pids: rank $r's start $start, /proc says $want"
 done
-[[ $(ps -o ppid= -p "$g2" | tr -d ' ') != "$(cut -d' ' -f1 "$run/attempt_0/2/worker_pid")" ]] ||
+[[ $(ps -o ppid= -p "$g2" | tr -d ' ') != "$(awk '$1 == 2 {print $3}' "$pids")" ]] ||
   note_fail "rank 2's process is still its worker's child: the orphan case is not tried"
 
 export FAKE_NVML_PROCESSES="0:$g0:812,0:$foreign:100,1:$g1:900,1:$g2:700"
@@ -141,7 +144,7 @@ fi
 # A run directory that records no pid (a dtrun before the record): said once, nobody named.
 mkdir -p "$work/old/attempt_0/0"
 cp "$run/run.json" "$work/old/"
-cp "$run/attempt_0/0/environment" "$work/old/attempt_0/0/"
+cp "$run/attempt_0/environment" "$work/old/attempt_0/"
 "$DTRUN" gpus "$work/old" >"$work/old.out" 2>"$work/old.err"
 code=$?
 if [[ $code == 0 && $(wc -l <"$work/old.err") == 1 ]] && grep -q "records no worker's pid" "$work/old.err" &&

@@ -69,11 +69,10 @@ timeout 60 "$DTRUN" --nproc_per_node=3 --hang_timeout=2 --report="$work/frozen.j
   --log_dir="$work/logs" --rdzv_id=frozen --no_python "$WORKER" --ok --steps=1000000 \
   >"$work/frozen.out" 2>&1 &
 frozen_dtrun=$!
-pid_file=$work/logs/frozen/attempt_0/1/worker_pid
+pid_file=$work/logs/frozen/attempt_0/worker_pids
 for _ in $(seq 300); do [[ -s $pid_file ]] && break; sleep 0.1; done
-frozen_pid=""
-read -r frozen_pid _ <"$pid_file" || true
-[[ -n $frozen_pid ]] || die "frozen: rank 1 wrote no worker_pid within 30 s"
+frozen_pid=$(awk '$1 == 1 {print $3}' "$pid_file" 2>/dev/null || true)
+[[ -n $frozen_pid ]] || die "frozen: no pid of local rank 1 in attempt_0/worker_pids within 30 s"
 sleep 1  # some all_reduces first: a frozen rank, not one that never started
 kill -STOP "$frozen_pid"
 wait "$frozen_dtrun" || rc=$?

@@ -107,7 +107,8 @@ TEST_CASE("the dry run shows this node's ranks and their environment", "[unit][l
   CHECK_THAT(text, Catch::Contains("Worker 5 (local rank 1): ./train\n"));
   CHECK_THAT(text, Catch::Contains("    RANK=5\n"));  // dtrun's value replaces the inherited one
   CHECK_THAT(text, Catch::Contains("    MASTER_PORT=29501\n"));
-  CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_FILE=/l/j/attempt_0/1/progress\n"));
+  CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_FILE=/l/j/attempt_0/progress\n"));
+  CHECK_THAT(text, Catch::Contains("    DTRUN_PROGRESS_SLOT=1\n"));
   CHECK_THAT(text, !Catch::Contains("HOME=/root"));  // inherited unchanged: not repeated
 }
 

@@ -22,7 +22,10 @@ void openProgress() {
     if (path == nullptr || *path == '\0') {
       return;
     }
-    static std::optional<progress::ProgressWriter> writer = progress::ProgressWriter::open(path);
+    // The slot is the rank's in its node's file (DTRUN_PROGRESS_SLOT, its local rank).
+    const char* slot = std::getenv("DTRUN_PROGRESS_SLOT");  // NOLINT(concurrency-mt-unsafe)
+    static std::optional<progress::ProgressWriter> writer =
+        progress::ProgressWriter::open(path, slot == nullptr ? 0 : std::strtoul(slot, nullptr, 10));
     if (writer) {
       writer->markStoreConnected();
       gWriter.store(&*writer, std::memory_order_release);

@@ -1,6 +1,7 @@
-// This process's progress file (DTRUN_PROGRESS_FILE, created by the agent): every collective
-// and point-to-point call of a ProcessGroup marks its begin and end there, so the agent can tell
-// which operation each rank is in and since when. Without the variable nothing is recorded.
+// This process's progress slot (DTRUN_PROGRESS_SLOT of DTRUN_PROGRESS_FILE, created by the
+// agent): every collective and point-to-point call of a ProcessGroup marks its begin and end
+// there, so the agent can tell which operation each rank is in and since when. Without the
+// variable nothing is recorded.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,8 @@
 
 namespace dtrun::runtime::detail {
 
-// Maps DTRUN_PROGRESS_FILE once per process (later calls do nothing) and records that the
-// store is connected. Called by init().
+// Maps the slot once per process (later calls do nothing) and records that the store is
+// connected. Called by init().
 void openProgress();
 void markCommunicatorReady();
 

@@ -146,6 +146,7 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
     put("DTRUN_STORE_TOKEN", config.storeToken);
   }
   put("DTRUN_PROGRESS_FILE", p.progressFile);
+  put("DTRUN_PROGRESS_SLOT", p.progressFile.empty() ? "" : std::to_string(p.localRank));
   // Found by the worker guardian in whatever the worker leaves behind, after kill -9 of dtrun.
   if (const std::string& mark = workerGuardianMark(); !mark.empty()) {
     put("DTRUN_GUARDIAN_MARK", mark);
@@ -163,7 +164,8 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
 }
 
 std::string environmentRecord(const AgentConfig& config, const WorkerPlacement& placement) {
-  std::string record;
+  std::string record = "# local rank " + std::to_string(placement.localRank) + ", rank " +
+                       std::to_string(placement.rank) + "\n";
   for (const std::string& entry : workerEnvironment({}, config, placement)) {
     record += text::redactSecrets(entry) + "\n";
   }

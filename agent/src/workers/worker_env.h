@@ -21,8 +21,10 @@ struct WorkerPlacement {
   std::string masterAddr;
   std::uint16_t masterPort = 0;
   std::string errorFile;
-  std::string logDir;        // this rank's directory for this attempt
-  std::string progressFile;  // DTRUN_PROGRESS_FILE: where the worker reports its progress
+  std::string logDir;  // this rank's directory for this attempt
+  // DTRUN_PROGRESS_FILE: the node's progress file for this attempt, where the worker reports its
+  // progress in slot DTRUN_PROGRESS_SLOT, its local rank.
+  std::string progressFile;
 };
 
 // torch's NCCL flight recorder files in a rank's directory begin with this (the Python hook sets
@@ -36,7 +38,8 @@ std::vector<std::string> workerEnvironment(const std::vector<std::string>& inher
                                            const WorkerPlacement& placement);
 
 // What dtrun set in a worker's environment (not what it inherited), one "NAME=value" a line, its
-// secrets redacted: the rank's record (<rank dir>/environment) that `dtrun bundle` packs.
+// secrets redacted, after a "# local rank L, rank R" line: the rank's part of its attempt's record
+// (<attempt dir>/environment: the node's ranks one after another) that `dtrun bundle` packs.
 std::string environmentRecord(const AgentConfig& config, const WorkerPlacement& placement);
 
 // Replaces every "${local_rank}" in `args`.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <fstream>
+#include <cstring>
 #include <system_error>
 
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fd_io.h"
 #include "log.h"
 #include "workers/worker_env.h"
 #include "workers/worker_pid.h"
@@ -22,9 +23,18 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 constexpr std::chrono::milliseconds kExitRetry{20};
+// The node's progress file of an attempt, a slot per local rank (progress_file.h).
+constexpr std::string_view kProgressFile = "progress";
 
 UniqueFd openLog(const fs::path& path) {
   return UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+}
+
+// A record that cannot be written is lost alone: the attempt runs without it.
+void writeRecord(const fs::path& path, std::string_view text) {
+  if (const UniqueFd fd = openLog(path); !fd.valid() || !io::writeAll(fd.get(), text)) {
+    log::agent().warn("cannot write {}: {}", path.string(), std::strerror(errno));
+  }
 }
 
 // A worker's two output pipes (read ends) and log files, from its start until its pumps own them.
@@ -72,7 +82,7 @@ WorkerPlacement environmentOf(const AgentConfig& config, const Worker& w,
   if (!w.dir.empty()) {  // else --log_dir=/dev/null: all three empty, as torchrun's ""
     env.errorFile = (w.dir / "error.json").string();
     env.logDir = w.dir.string();
-    env.progressFile = (w.dir / "progress").string();
+    env.progressFile = (placement.attemptDir / kProgressFile).string();
   }
   return env;
 }
@@ -118,6 +128,11 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
   stderrDuplicates_ = files ? openDuplicates(config_.duplicateStderrFilters,
                                              placement.attemptDir / "filtered_stderr.log")
                             : nullptr;
+  const std::string progressFile = (placement.attemptDir / kProgressFile).string();
+  if (files && !progress::createProgressFile(progressFile, workers_.size(),
+                                             config_.stragglerThreshold.count() > 0)) {
+    log::agent().warn("cannot create {}: no rank reports progress", progressFile);
+  }
   std::vector<WorkerStreams> streams(workers_.size());
   GroupStart result;
   for (std::size_t i = 0; i < workers_.size() && result.status.isOk(); ++i) {
@@ -129,11 +144,6 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
       fs::create_directory(w.dir, ec);
       streams[i].outLog = openLog(w.dir / "stdout.log");
       streams[i].errLog = openLog(w.dir / "stderr.log");
-      if (!progress::createProgressFile((w.dir / "progress").string(),
-                                        config_.stragglerThreshold.count() > 0)) {
-        log::agent().warn("cannot create {}: rank {} reports no progress",
-                          (w.dir / "progress").string(), w.rank);
-      }
     }
     result.status = startWorker(w, placement, streams[i].outPipe, streams[i].errPipe)
                         .withContext("cannot start rank " + std::to_string(w.rank) +
@@ -143,6 +153,10 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
     }
   }
   result.spawned = std::chrono::system_clock::now();
+  // Once every worker was started, not between two starts, and one file each for the whole
+  // group: the records (two files per rank) took a quarter of a 16-worker launch.
+  std::string environments;
+  std::string pids;
   for (auto& w : workers_) {
     if (!w.child) {
       continue;
@@ -155,15 +169,16 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
     if (w.dir.empty()) {
       continue;
     }
-    // Once every worker was started, not between two starts: the records (two files each)
-    // took a quarter of a 16-worker launch there.
-    std::ofstream record(w.dir / "environment", std::ios::trunc);
-    record << environmentRecord(config_, environmentOf(config_, w, placement));
-    record.close();
-    writeWorkerPid(w.dir, w.child->pid());
-    if (auto reader = progress::ProgressReader::open((w.dir / "progress").string())) {
+    environments += environmentRecord(config_, environmentOf(config_, w, placement));
+    pids += workerPidLine(w.localRank, w.rank, w.child->pid());
+    if (auto reader =
+            progress::ProgressReader::open(progressFile, static_cast<std::size_t>(w.localRank))) {
       w.progress.emplace(std::move(*reader));
     }
+  }
+  if (!pids.empty()) {
+    writeRecord(placement.attemptDir / "environment", environments);
+    writeRecord(placement.attemptDir / kWorkerPidsFile, pids);
   }
   int started = 0;
   for (std::size_t i = 0; i < workers_.size(); ++i) {

@@ -37,16 +37,6 @@ std::string readFile(const fs::path& path) {
   return text.str();
 }
 
-// The value of "NAME=value" in an environment record, as a rank number.
-std::optional<int> rankIn(std::string_view record, std::string_view name) {
-  for (const std::string_view line : text::split(record, '\n')) {
-    if (line.size() > name.size() && line.starts_with(name) && line[name.size()] == '=') {
-      return number<int>(line.substr(name.size() + 1));
-    }
-  }
-  return std::nullopt;
-}
-
 std::vector<fs::path> sortedDirectories(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -104,10 +94,10 @@ std::optional<ProcStat> readProcStat(unsigned pid) {
   return parseProcStat(line);
 }
 
-void writeWorkerPid(const fs::path& rankDir, pid_t pid) {
+std::string workerPidLine(int localRank, int rank, pid_t pid) {
   const auto stat = readProcStat(static_cast<unsigned>(pid));
-  std::ofstream record(rankDir / kWorkerPidFile, std::ios::trunc);
-  record << pid << ' ' << (stat ? stat->startTicks : 0) << '\n';
+  return std::to_string(localRank) + ' ' + std::to_string(rank) + ' ' + std::to_string(pid) + ' ' +
+         std::to_string(stat ? stat->startTicks : 0) + '\n';
 }
 
 std::vector<WorkerPid> readWorkerPids(const fs::path& runDir) {
@@ -116,20 +106,14 @@ std::vector<WorkerPid> readWorkerPids(const fs::path& runDir) {
     if (!attempt.filename().string().starts_with("attempt_")) {
       continue;
     }
-    for (const fs::path& rankDir : sortedDirectories(attempt)) {
-      std::istringstream record(readFile(rankDir / kWorkerPidFile));
+    std::istringstream record(readFile(attempt / kWorkerPidsFile));
+    std::string line;
+    while (std::getline(record, line)) {
+      std::istringstream fields(line);
       WorkerPid w;
-      if (!(record >> w.pid >> w.startTicks) || w.pid == 0) {
+      if (!(fields >> w.localRank >> w.rank >> w.pid >> w.startTicks) || w.pid == 0) {
         continue;
       }
-      const std::string environment = readFile(rankDir / "environment");
-      const auto rank = rankIn(environment, "RANK");
-      const auto localRank = rankIn(environment, "LOCAL_RANK");
-      if (!rank || !localRank) {
-        continue;
-      }
-      w.rank = *rank;
-      w.localRank = *localRank;
       w.attempt = attempt.filename().string();
       out.push_back(std::move(w));
     }

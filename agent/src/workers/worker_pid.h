@@ -1,7 +1,8 @@
-// Each worker's pid record in its rank directory (<attempt dir>/<local rank>/worker_pid; not `pid`,
-// a name workers write themselves), written at every spawn, and the /proc facts that tell that
-// worker from a later process given the same pid: what `dtrun gpus RUN_DIR` reads to name the rank
-// of a process on a GPU. Plain functions, no state; safe from any thread.
+// The pid record of an attempt (<attempt dir>/worker_pids: one line per worker the node started,
+// not `pid`, a name workers write themselves), written once the attempt's workers were started,
+// and the /proc facts that tell a worker from a later process given the same pid: what `dtrun gpus
+// RUN_DIR` reads to name the rank of a process on a GPU. Plain functions, no state; safe from any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +16,12 @@
 
 namespace dtrun::agent::detail {
 
-// The record's name in a rank directory. Its one line is "<pid> <start>": the start is the
-// process's start time in clock ticks after boot (/proc/<pid>/stat's 22nd field), which a later
-// process with the same pid does not share. `read pid start < pid` in a shell.
-inline constexpr std::string_view kWorkerPidFile = "worker_pid";
+// The record's name in an attempt directory. A line per worker, "<local rank> <rank> <pid>
+// <start>": the start is the process's start time in clock ticks after boot (/proc/<pid>/stat's
+// 22nd field), which a later process with the same pid does not share. One file per attempt, not
+// one per rank: creating files is most of what a launch costs on ext4.
+// `awk '$1 == 1 {print $3}' attempt_0/worker_pids` is local rank 1's pid.
+inline constexpr std::string_view kWorkerPidsFile = "worker_pids";
 
 // What dtrun needs of /proc/<pid>/stat.
 struct ProcStat {
@@ -35,23 +38,21 @@ std::optional<ProcStat> parseProcStat(std::string_view line);
 // The live process's facts; nullopt when it is gone (or this process may not see it).
 std::optional<ProcStat> readProcStat(unsigned pid);
 
-// Writes <rankDir>/worker_pid for the worker `pid` just started (the same cost as its environment
-// record: a read of /proc/<pid>/stat and one small file). A directory that cannot take it loses
-// only the record: `dtrun gpus` then does not name that rank.
-void writeWorkerPid(const std::filesystem::path& rankDir, pid_t pid);
+// The record's line for the worker `pid` just started (a read of /proc/<pid>/stat). A directory
+// that cannot take the record loses only it: `dtrun gpus` then does not name those ranks.
+std::string workerPidLine(int localRank, int rank, pid_t pid);
 
 // One worker a run directory records.
 struct WorkerPid {
   unsigned pid = 0;
   std::uint64_t startTicks = 0;
-  int rank = -1;        // RANK in its environment record
-  int localRank = -1;   // LOCAL_RANK in it
+  int rank = -1;
+  int localRank = -1;
   std::string attempt;  // its attempt directory's name: attempt_0, attempt_1-round3
 };
 
-// Every worker of `runDir` (<log_dir>/<run_id>) whose rank directory holds a pid record and an
-// environment record naming its ranks, over every attempt, in directory order. Empty for a run
-// from a dtrun before the record, or before its first spawn.
+// Every worker the pid records of `runDir` (<log_dir>/<run_id>) name, over every attempt, in
+// directory order. Empty for a run from a dtrun before the record, or before its first spawn.
 std::vector<WorkerPid> readWorkerPids(const std::filesystem::path& runDir);
 
 }  // namespace dtrun::agent::detail

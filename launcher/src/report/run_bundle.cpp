@@ -22,11 +22,11 @@ constexpr std::size_t kEventLogTailBytes = std::size_t{1024} * 1024;
 
 const std::set<std::string> kLogFiles = {"stdout.log", "stderr.log", "filtered_stdout.log",
                                          "filtered_stderr.log"};
-const std::set<std::string> kRankFiles = {"environment",      "worker_pid", "stdout.log",
-                                          "stderr.log",       "error.json", "stack.txt",
-                                          "python_stack.txt", "progress"};
-const std::set<std::string> kAttemptFiles = {"hang.txt", "filtered_stdout.log",
-                                             "filtered_stderr.log"};
+const std::set<std::string> kRankFiles = {"stdout.log", "stderr.log", "error.json", "stack.txt",
+                                          "python_stack.txt"};
+const std::set<std::string> kAttemptFiles = {
+    "hang.txt",    "filtered_stdout.log", "filtered_stderr.log",
+    "environment", "worker_pids",         "progress"};
 const std::set<std::string> kRunFiles = {"run.json", "report.json"};
 
 std::vector<fs::path> sortedEntries(const fs::path& dir) {
