@@ -158,7 +158,8 @@ TEST_CASE("a node's ranks write their own slots of one file", "[unit][progress]"
   CHECK_FALSE(ProgressWriter::open(fresh.path, kSlots + 100));
   // One whose offset wraps around to slot 0's (a DTRUN_PROGRESS_SLOT of garbage) too.
   CHECK_FALSE(ProgressWriter::open(
-      fresh.path, std::numeric_limits<std::size_t>::max() / dtrun::progress::kProgressFileSize + 1));
+      fresh.path,
+      std::numeric_limits<std::size_t>::max() / dtrun::progress::kProgressFileSize + 1));
 }
 
 TEST_CASE("python/dtrun_progress.py writes the same layout", "[unit][progress]") {
