@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <system_error>
 
 #include <fcntl.h>
@@ -33,7 +32,8 @@ UniqueFd openLog(const fs::path& path) {
 // A record that cannot be written is lost alone: the attempt runs without it.
 void writeRecord(const fs::path& path, std::string_view text) {
   if (const UniqueFd fd = openLog(path); !fd.valid() || !io::writeAll(fd.get(), text)) {
-    log::agent().warn("cannot write {}: {}", path.string(), std::strerror(errno));
+    log::agent().warn("cannot write {}: {}", path.string(),
+                      std::error_code(errno, std::generic_category()).message());
   }
 }
 
