@@ -2,8 +2,8 @@
 
 dtrun's agent gives every worker a small progress slot (DTRUN_PROGRESS_SLOT, its local rank, in
 the node's DTRUN_PROGRESS_FILE) and, with --hang_timeout, reads it to find ranks that stopped
-making progress. libdtrt writes it on
-every collective; a Python worker writes it through this module:
+making progress. libdtrt writes it on every collective; a Python worker writes it through this
+module:
 
     import dtrun_progress as progress          # copy this file next to your script, or PYTHONPATH
     for step in range(steps):

@@ -6,8 +6,9 @@
 //
 // One file per attempt and node (<attempt dir>/progress), a slot of kProgressFileSize bytes per
 // local rank, the worker's at LOCAL_RANK * kProgressFileSize (DTRUN_PROGRESS_SLOT): one file
-// instead of one per rank, because creating files is most of what a launch costs on ext4. Slots
-// divide a page, so each worker maps one page and no slot straddles two.
+// instead of one per rank, because a file's creation is what a launch pays most for on a busy
+// file system (bench/README: the floor). Slots divide a page, so each worker maps one page and no
+// slot straddles two.
 //
 // A slot's layout (kProgressFileSize bytes, little-endian, every field naturally aligned):
 //   0   u64 magic kProgressMagic ("DTRTPRG1")

@@ -19,7 +19,7 @@ namespace dtrun::agent::detail {
 // The record's name in an attempt directory. A line per worker, "<local rank> <rank> <pid>
 // <start>": the start is the process's start time in clock ticks after boot (/proc/<pid>/stat's
 // 22nd field), which a later process with the same pid does not share. One file per attempt, not
-// one per rank: creating files is most of what a launch costs on ext4.
+// one per rank: a file's creation is what a launch pays most for on a busy file system.
 // `awk '$1 == 1 {print $3}' attempt_0/worker_pids` is local rank 1's pid.
 inline constexpr std::string_view kWorkerPidsFile = "worker_pids";
 
