@@ -350,9 +350,11 @@ class GatewayClient final : public EtcdClient {
     }
   }
 
-  // How long one member may hold one try of a request: a quarter of the request's time, at least
-  // 6 s (etcd itself answers "request timed out" after 5 s when a leader is lost).
+  // How long one member may hold one try of a request (EtcdOptions::tryTimeout).
   [[nodiscard]] milliseconds perTryWait() const {
+    if (options_.tryTimeout > milliseconds(0)) {
+      return options_.tryTimeout;
+    }
     return std::max<milliseconds>(milliseconds(6000), options_.timeout / 4);
   }
 

@@ -64,10 +64,12 @@ class EtcdAgentPresence final : public EtcdPresence {
     return Status::ok();
   }
 
-  [[nodiscard]] StoreFactory stores() const override {
+  [[nodiscard]] StoreFactory stores() const override { return storesThrough(client_); }
+
+  [[nodiscard]] StoreFactory storesThrough(std::shared_ptr<EtcdClient> client) const override {
     // Fenced on this agent's liveness key: once its lease expired (paused, cut off) and the job
     // went on without it, it writes nothing more into the job (a stray message would outlive it).
-    return [client = client_, prefix = prefix_,
+    return [client = std::move(client), prefix = prefix_,
             fence = EtcdFence{aliveDir_ + agentId_, aliveRevision_,
                               "this agent's etcd lease expired: the job dropped it"}] {
       return makeEtcdStore(client, prefix, fence);

@@ -286,8 +286,16 @@ Result<std::unique_ptr<RoundMember>> RoundMember::connect(const StoreFactory& st
                                                           const std::string& jobId,
                                                           const RoundSettings& settings,
                                                           NodeRecord self, bool askKeeperService) {
-  DTRUN_ASSIGN_OR_RETURN(auto waiter, store());
-  DTRUN_ASSIGN_OR_RETURN(auto notifier, store());
+  return connect(store, store, jobId, settings, std::move(self), askKeeperService);
+}
+
+Result<std::unique_ptr<RoundMember>> RoundMember::connect(const StoreFactory& waiters,
+                                                          const StoreFactory& notifiers,
+                                                          const std::string& jobId,
+                                                          const RoundSettings& settings,
+                                                          NodeRecord self, bool askKeeperService) {
+  DTRUN_ASSIGN_OR_RETURN(auto waiter, waiters());
+  DTRUN_ASSIGN_OR_RETURN(auto notifier, notifiers());
   return makeMember(std::move(waiter), std::move(notifier), jobId, settings, std::move(self),
                     askKeeperService);
 }

@@ -118,6 +118,19 @@ rdzv::EtcdOptions etcdOptions(const EtcdRendezvous& etcd, std::chrono::milliseco
   return options;
 }
 
+// How long one etcd member may hold one try of a notice (a heartbeat, "done"). The keeper calls a
+// node dead after its dead-after time without one; a member that holds requests without refusing
+// them (frozen, cut off, restarting) must not cost that much, nor may several in a row: a notice
+// could take 6 s per silent member (the default try), and a killed leader's restarting member
+// and a frozen follower in a row held a loaded agent's heartbeats for 10.4 s (the flake table).
+// Half the dead-after time is left for the member that answers and the next heartbeat.
+std::chrono::milliseconds noticeTryTimeout(const rdzv::RoundSettings& settings,
+                                           std::size_t endpoints) {
+  const auto share =
+      settings.deadAfter() / static_cast<int>(2 * std::max<std::size_t>(1, endpoints));
+  return std::max<std::chrono::milliseconds>(share, std::chrono::milliseconds(500));
+}
+
 // Joins through etcd: this agent's lease and candidacy first (the first agent to arrive runs
 // the keeper), then its member, with the workers' store it serves in its record.
 Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig& multi,
@@ -133,6 +146,13 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
   if (!reportClient.isOk()) {
     return reportClient.status();
   }
+  const auto settings = roundSettings(config, multi);
+  auto noticeOptions = etcdOptions(etcd, multi.readTimeout);
+  noticeOptions.tryTimeout = noticeTryTimeout(settings, etcd.endpoints.size());
+  auto noticeClient = rdzv::EtcdClient::connect(noticeOptions);
+  if (!noticeClient.isOk()) {
+    return noticeClient.status();
+  }
   JobLink link;
   DTRUN_ASSIGN_OR_RETURN(
       link.etcd, rdzv::EtcdPresence::start(std::move(client).value(), etcd.prefix, config.runId,
@@ -140,8 +160,9 @@ Result<JobLink> connectEtcdJob(const AgentConfig& config, const MultiNodeConfig&
   link.stores = link.etcd->stores();
   link.reportStores = [c = std::shared_ptr<rdzv::EtcdClient>(std::move(reportClient).value()),
                        prefix = etcd.prefix] { return rdzv::makeEtcdStore(c, prefix); };
-  auto member = rdzv::RoundMember::connect(link.stores, config.runId, roundSettings(config, multi),
-                                           std::move(self), false);
+  auto member = rdzv::RoundMember::connect(
+      link.stores, link.etcd->storesThrough(std::move(noticeClient).value()), config.runId,
+      settings, std::move(self), false);
   if (!member.isOk()) {
     return Status::error(
         member.status().code() == Errc::kDenied ? Errc::kDenied : Errc::kConnection,

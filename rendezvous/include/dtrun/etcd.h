@@ -24,6 +24,11 @@ struct EtcdOptions {
   std::vector<std::string> endpoints;
   // Every request's deadline: connect, send and reply (a watch's wait takes its own timeout).
   std::chrono::milliseconds timeout{30000};
+  // How long one member may hold one try of a request before the next member is asked; 0: a
+  // quarter of `timeout`, at least 6 s (etcd answers "request timed out" after 5 s when its
+  // leader is lost). Shorter for a call that must land within a bound (a heartbeat: the keeper's
+  // dead-after time), so that silent members in a row cannot hold it past that bound.
+  std::chrono::milliseconds tryTimeout{0};
   // TLS when caFile is set: the server is verified against it; certFile and keyFile (both or
   // neither) are the client's certificate.
   std::string caFile;
@@ -183,6 +188,8 @@ class EtcdPresence {
 
   // Connections to the job's store (etcd under the prefix), for the round protocol and others.
   [[nodiscard]] virtual StoreFactory stores() const = 0;
+  // The same, fenced alike, over another client of the same etcd (other timeouts: the notices').
+  [[nodiscard]] virtual StoreFactory storesThrough(std::shared_ptr<EtcdClient> client) const = 0;
   // Whether this agent runs the job's keeper now.
   [[nodiscard]] virtual bool leads() const = 0;
   // Removes every key of the job: the last act of the keeper's agent once the job is over.

@@ -126,6 +126,11 @@ class RoundMember {
                                                                     const RoundSettings& settings,
                                                                     NodeRecord self,
                                                                     bool askKeeperService);
+  // The same with the notifier from `notifiers`: connections whose requests must land within
+  // the keeper's dead-after time (heartbeats), where the waiter's may wait longer.
+  [[nodiscard]] static Result<std::unique_ptr<RoundMember>> connect(
+      const StoreFactory& waiters, const StoreFactory& notifiers, const std::string& jobId,
+      const RoundSettings& settings, NodeRecord self, bool askKeeperService);
 
   // Joins the open round and returns this node's assignment, or closed=true once the job is
   // over. A node that finds the round full waits as a spare for a later round. `progress` gets
