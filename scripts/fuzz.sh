@@ -54,10 +54,11 @@ fuzz_one() {
   # Past crashes are seeds too: a fix that regresses fails at once.
   [[ ! -d $root/tests/fuzz/regressions/$t ]] || regressions=("$root/tests/fuzz/regressions/$t")
   echo "fuzz.sh: $t for ${seconds}s (log: $log)"
-  # -timeout: one input running over 10 s is a hang; -rss_limit_mb: over 2 GiB is a leak or a
-  # runaway allocation. Both are reported as failures like a crash.
+  # -timeout: one input running over FUZZ_INPUT_TIMEOUT s (default 10; wall time, so longer for
+  # a run at the lowest priority beside other work) is a hang; -rss_limit_mb: over 2 GiB is a
+  # leak or a runaway allocation. Both are reported as failures like a crash.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout="${FUZZ_INPUT_TIMEOUT:-10}" -rss_limit_mb=2048 \
     -max_len=8192 -print_final_stats=1 -artifact_prefix="$crashes/" \
     "$corpus" "$root/tests/fuzz/corpus/$t" "${regressions[@]}" >"$log" 2>&1 || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)

@@ -60,16 +60,16 @@ build_beside() {  # <name> <command...>: starts it, its log in $build_logs/<name
   beside+=("$!")
   eval "beside_$name=$!"
 }
-wait_beside() {  # <name>: waits for it; its log's tail either way, all of it when it failed
+wait_beside() {  # <name> [all]: waits for it; its log's tail (all of it: failed, or `all`)
   local name=$1 pid rc=0
   pid=$(eval "echo \$beside_$name")
   wait "$pid" || rc=$?
   if ((rc != 0)); then
     cat "$build_logs/$name.log" >&2
-    echo "the $name build (run beside the tests) failed: exit $rc" >&2
+    echo "the $name step (run beside the tests) failed: exit $rc" >&2
     return "$rc"
   fi
-  tail -n 2 "$build_logs/$name.log"
+  if [[ ${2:-} == all ]]; then cat "$build_logs/$name.log"; else tail -n 2 "$build_logs/$name.log"; fi
 }
 stop_beside() {
   local pid
@@ -93,18 +93,21 @@ build_beside sanitizers bash -c 'bash scripts/build.sh asan &&
   bash scripts/build.sh tsan rdzv_tests agent_tests dtrun'
 run_ctest build --output-on-failure --timeout 600 -j3
 
-step "ASan+UBSan tests (the fuzzing build, then clang-tidy, beside them)"
+step "ASan+UBSan tests (the fuzzing build and run, and clang-tidy, beside them)"
 wait_beside sanitizers
-build_beside fuzz bash scripts/fuzz.sh --build
+# Fuzzing too: each target runs FUZZ_SECONDS (20) of wall time however much CPU it gets, after
+# replaying its corpus and past crashes, so beside the waiting tests it adds no time of its own;
+# at the lowest priority an input may wait for the CPU, so a hang is 60 s there, not 10.
+# Long runs by hand: scripts/fuzz.sh 3600 (seconds per target).
+build_beside fuzz env FUZZ_INPUT_TIMEOUT=60 bash -c \
+  'bash scripts/fuzz.sh --build && bash scripts/fuzz.sh "$0"' "${FUZZ_SECONDS:=20}"
 # clang-tidy parses every source again: with the build, it fills what the waiting tests leave.
 build_beside tidy bash scripts/tidy.sh
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_ctest build-asan --output-on-failure --timeout 900 -j3
 
-step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS:=20}s under ASan+UBSan (clang)"
-wait_beside fuzz
-# Long runs by hand: scripts/fuzz.sh 3600 (seconds per target).
-bash scripts/fuzz.sh "$FUZZ_SECONDS"
+step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS}s under ASan+UBSan (run beside the ASan tests: waits for it)"
+wait_beside fuzz all
 
 step "TSan: store and agent tests"
 TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -j3 -R '^(rdzv|agent)/|^integration/multinode_test'
