@@ -338,8 +338,10 @@ run_one() {
     addr=$subnet.11
     port=$((29400 + idx % 1000))
   else
-    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-      echo $((20000 + (SEED + idx) % 20000)))
+    # Below the kernel's range for connections' own ports: a port the kernel picked (bind to 0)
+    # was taken by another test's connection before node 0's store listened on it, once in the
+    # flake table ("listen on 0.0.0.0:40299: Address already in use").
+    port=$(free_port)
   fi
   local rdzv=()
   if [[ $backend == static ]]; then
