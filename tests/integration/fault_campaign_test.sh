@@ -679,8 +679,11 @@ run_one() {
   agent_pids=()
 }
 
+# The replay names FAULT_KINDS only when it was given: without it, the first runs take every kind
+# in turn, which a replay with FAULT_KINDS would draw instead (another run).
 echo "fault_campaign: seed $SEED, $RUNS run(s), faults: $KINDS; hosts: $nets, bound ${BOUND}s" \
-  "per run (replay one run: FAULT_SEED=$SEED FAULT_ONLY=<run> FAULT_KINDS=$KINDS bash $0 $DTRUN)"
+  "per run (replay one run: FAULT_SEED=$SEED FAULT_ONLY=<run>${FAULT_KINDS:+ FAULT_KINDS=$KINDS}" \
+  "bash $0 $DTRUN)"
 if [[ -n $ONLY ]]; then
   run_one "$ONLY"
 else
