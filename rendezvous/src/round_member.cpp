@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "dtrun/round.h"
@@ -70,12 +71,15 @@ class StoreRoundMember final : public RoundMember {
     // The keeper publishes the round key once, before anyone joins: usually one read is enough.
     DTRUN_ASSIGN_OR_RETURN(auto present, waiter_->tryGet(keys_.round()));
     DTRUN_ASSIGN_OR_RETURN(auto roundText,
-                           present ? Result<Bytes>(std::move(*present))
+                           present ? Result<std::optional<Bytes>>(std::move(present))
                                    : waitAndGet(keys_.round(), deadline, cancel, progress, -1));
+    if (!roundText) {
+      return finishedMeanwhile();
+    }
     // Not below the round after the last one this node saw end: the keeper may not have
     // opened it yet (it takes the early join when it does).
     int published = 0;
-    const auto& text = roundText;
+    const auto& text = *roundText;
     if (std::from_chars(text.data(), text.data() + text.size(), published).ec != std::errc()) {
       return Status::protocol("job '" + jobId_ + "': the store's round key holds '" +
                               text.substr(0, 40) + "', not a number");
@@ -92,10 +96,13 @@ class StoreRoundMember final : public RoundMember {
       }
       DTRUN_ASSIGN_OR_RETURN(auto assigned,
                              waitAndGet(keys_.assign(r, mySlot), deadline, cancel, progress, r));
-      const auto value = detail::decodeAssign(assigned);
+      if (!assigned) {
+        return finishedMeanwhile();
+      }
+      const auto value = detail::decodeAssign(*assigned);
       if (!value) {
         return Status::protocol("rendezvous of job '" + jobId_ + "': malformed assignment '" +
-                                assigned.substr(0, 80) + "'");
+                                assigned->substr(0, 80) + "'");
       }
       if (value->kind == AssignValue::Kind::kMember) {
         return JoinOutcome{false, value->assignment, {}};
@@ -193,6 +200,17 @@ class StoreRoundMember final : public RoundMember {
     return slot_;
   }
 
+  // The outcome of a join that found the job finished while it waited: over, as every agent
+  // that the keeper told so learns it, with the keeper's own last word.
+  Result<JoinOutcome> finishedMeanwhile() {
+    DTRUN_ASSIGN_OR_RETURN(auto why, waiter_->tryGet(keys_.finished()));
+    RoundEnd end;
+    end.kind = RoundEnd::Kind::kClosed;
+    end.message = "the job finished while this node joined (its keeper: " +
+                  why.value_or("done").substr(0, 200) + ")";
+    return JoinOutcome{true, {}, end};
+  }
+
   // The keeper's latest "waiting for ..." line for round r, or "" (without waiting for one).
   std::string statusLine(int r) {
     const std::vector<std::string> keys{keys_.status(r)};
@@ -205,10 +223,13 @@ class StoreRoundMember final : public RoundMember {
   }
 
   // Waits for `key` until `deadline` in slices, reporting the keeper's status line of round
-  // `r` (when r >= 0) every few seconds; then returns its value.
-  Result<Bytes> waitAndGet(const std::string& key, Clock::time_point deadline,
-                           const std::atomic<bool>& cancel,
-                           const std::function<void(const std::string&)>& progress, int r) {
+  // `r` (when r >= 0) every few seconds; then returns its value, or nullopt once the job has
+  // finished: its keeper is gone and would never answer (a node it had called lost, joining
+  // again as the job closed, waited for join_timeout: found by the loaded flake table).
+  Result<std::optional<Bytes>> waitAndGet(const std::string& key, Clock::time_point deadline,
+                                          const std::atomic<bool>& cancel,
+                                          const std::function<void(const std::string&)>& progress,
+                                          int r) {
     auto nextProgress = Clock::now() + kProgressEvery;
     for (;;) {
       if (cancel.load()) {
@@ -229,12 +250,16 @@ class StoreRoundMember final : public RoundMember {
       auto got = waiter_->waitGet(key, std::max(slice, milliseconds(1)));
       if (got.isOk()) {
         if (got.value()) {
-          return std::move(*got.value());
+          return std::move(got.value());
         }
         continue;  // deleted between the wait and the read: wait again
       }
       if (got.status().code() != Errc::kTimeout) {
         return got.status();
+      }
+      DTRUN_ASSIGN_OR_RETURN(auto over, waiter_->tryGet(keys_.finished()));
+      if (over) {
+        return std::optional<Bytes>();
       }
       if (r >= 0 && Clock::now() >= nextProgress && progress) {
         nextProgress = Clock::now() + kProgressEvery;

@@ -321,6 +321,14 @@ TEST_CASE("nodes leaving after the job closed count as gone: the keeper finishes
   REQUIRE(b->leave("SIGTERM").isOk());
   REQUIRE(d->leave("SIGTERM").isOk());
   CHECK(b->waitFinished(milliseconds(3000)).isOk());
+
+  // A node that joins again now (the keeper had called it lost while it was away) is answered by
+  // nobody: its join learns from the store that the job finished, well before join_timeout.
+  const auto late = a->join(cancel, nullptr);
+  REQUIRE(late.isOk());
+  CHECK(late.value().closed);
+  CHECK(late.value().end.kind == RoundEnd::Kind::kClosed);
+  CHECK_THAT(late.value().end.message, Catch::Contains("the job finished while this node joined"));
 }
 
 TEST_CASE("a round that cannot close names a few of the nodes it has, not all of them", "[round]") {
