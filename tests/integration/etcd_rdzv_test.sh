@@ -129,13 +129,6 @@ etcd_cluster_stop
 # --- leader: kill -9 of etcd's leader in the middle of a round --------------------------------
 etcd_cluster_start 3
 ENDPOINTS=$ETCD_ENDPOINTS
-etcd_leader() {  # the index of the member that leads now (its position in ETCD_ENDPOINTS)
-  etcdctl3 endpoint status -w json 2>/dev/null | "$PYTHON" -c '
-import json, sys
-for i, e in enumerate(json.load(sys.stdin)):
-    if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
-        print(i)'
-}
 marker=$work/leader.go
 for i in 0 1; do
   start "leader_$i" $(common leader 3) --local_addr=127.0.0.$((i + 1)) --nproc_per_node=1 \

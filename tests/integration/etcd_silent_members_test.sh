@@ -28,12 +28,7 @@ CONF=$CONF,close_timeout=30,lease_ttl=60
 
 etcd_cluster_start 3
 IFS=, read -r -a members <<<"$ETCD_ENDPOINTS"
-leader=$(ETCDCTL_API=3 etcdctl --endpoints="$ETCD_ENDPOINTS" endpoint status -w json 2>/dev/null |
-  "$PYTHON" -c '
-import json, sys
-for i, e in enumerate(json.load(sys.stdin)):
-    if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
-        print(i)') || true
+leader=$(etcd_leader || true)
 [[ $leader =~ ^[0-2]$ ]] || die "no etcd leader found ('$leader')"
 frozen=$(((leader + 1) % 3))
 other=$(((leader + 2) % 3))

@@ -5,6 +5,7 @@
 #       ETCD_ENDPOINTS (host:port,...), ETCD_PIDS (array); with --tls (client certificates
 #       required): ETCD_CA, ETCD_CERT, ETCD_KEY and ETCD_WRONG_CA (a CA that signed nothing);
 #       with --auth: ETCD_USER and ETCD_PASSWORD (etcd's root user is set up too).
+#   etcd_leader          the index of the member that leads now
 #   etcd_kill_member I   kill -9 of member I (0-based)
 #   etcd_cluster_stop    stops every member (also done at exit)
 # shellcheck shell=bash
@@ -98,6 +99,16 @@ etcd_cluster_start() {
       "${ctl[@]}" auth enable >/dev/null || die "could not set up etcd's users"
   fi
   export ETCD_ENDPOINTS
+}
+
+# The index of the member that leads now (its position in ETCD_ENDPOINTS); nothing when none.
+etcd_leader() {
+  ETCDCTL_API=3 etcdctl --endpoints="$ETCD_ENDPOINTS" endpoint status -w json 2>/dev/null |
+    "$PYTHON" -c '
+import json, sys
+for i, e in enumerate(json.load(sys.stdin)):
+    if e["Status"]["header"]["member_id"] == e["Status"]["leader"]:
+        print(i)'
 }
 
 etcd_kill_member() {
