@@ -84,10 +84,64 @@ TEST_CASE("each rank's lines keep their order", "[unit][agent]") {
   ConsoleCollapse c(200ms, 2);
   addLine(c, 0, "A\n", 0ms);
   addLine(c, 1, "B\n", 1ms);
-  addLine(c, 1, "A\n", 2ms);  // must not join rank 0's A: that would put it before B
-  addLine(c, 0, "B\n", 3ms);  // may join rank 1's B (rank 0's last line is before it)
+  addLine(c, 1, "A\n", 2ms);  // joins rank 0's A: its B (no rank 0 line) moves ahead of that
+  addLine(c, 0, "B\n", 3ms);  // must not join rank 1's B: that would put it before A
   CHECK(render(c.takeAll()) ==
-        std::vector<std::string>{"[rank 0]: A\n", "[ranks 0-1]: B\n", "[rank 1]: A\n"});
+        std::vector<std::string>{"[rank 1]: B\n", "[ranks 0-1]: A\n", "[rank 0]: B\n"});
+}
+
+TEST_CASE("a rank's pipe read late does not split the next common line", "[unit][agent]") {
+  // docs/diagnosis.md's example under load: rank 3 prints a line of its own each step, and the
+  // console reads the other ranks' next step before rank 3's line.
+  ConsoleCollapse c(10s, 8);
+  for (const int r : {0, 1, 2, 4, 5, 6, 7}) {
+    addLine(c, r, "step 0\n", 0ms);
+    addLine(c, r, "step 1\n", 10ms);
+  }
+  addLine(c, 3, "step 0\n", 20ms);
+  addLine(c, 3, "rank 3 sees 7\n", 20ms);
+  addLine(c, 3, "step 1\n", 20ms);
+  CHECK(render(c.takeAll()) == std::vector<std::string>{"[ranks 0-7]: step 0\n",
+                                                        "[rank 3]: rank 3 sees 7\n",
+                                                        "[ranks 0-7]: step 1\n"});
+}
+
+TEST_CASE("lines of different ranks keep the order they were read in", "[unit][agent]") {
+  ConsoleCollapse c(200ms, 4);
+  for (int r = 0; r < 4; ++r) {
+    addLine(c, r, "rank " + std::to_string(r) + " loaded its shard\n",
+            std::chrono::milliseconds(r));
+  }
+  CHECK(render(c.take(t0 + 203ms)) ==
+        std::vector<std::string>{
+            "[rank 0]: rank 0 loaded its shard\n", "[rank 1]: rank 1 loaded its shard\n",
+            "[rank 2]: rank 2 loaded its shard\n", "[rank 3]: rank 3 loaded its shard\n"});
+}
+
+TEST_CASE("a line moved ahead leaves by the deadline of the group it passed", "[unit][agent]") {
+  ConsoleCollapse c(200ms, 8);
+  addLine(c, 0, "T\n", 0ms);
+  addLine(c, 1, "own\n", 150ms);
+  addLine(c, 1, "T\n", 160ms);  // moves "own" ahead of T's group
+  CHECK(c.nextDeadline() == t0 + 200ms);
+  CHECK(render(c.take(t0 + 200ms)) ==
+        std::vector<std::string>{"[rank 1]: own\n", "[ranks 0-1]: T\n"});
+}
+
+TEST_CASE("many lines moved into one place keep their order", "[unit][agent]") {
+  // Each move takes the midpoint of its neighbours' positions: past about 20 the queue is
+  // renumbered.
+  constexpr int kRanks = 40;
+  ConsoleCollapse c(200ms, kRanks);
+  addLine(c, 0, "T\n", 0ms);
+  std::vector<std::string> expected;
+  for (int r = 1; r < kRanks; ++r) {
+    addLine(c, r, "own " + std::to_string(r) + "\n", 1ms);
+    addLine(c, r, "T\n", 1ms);
+    expected.push_back("[rank " + std::to_string(r) + "]: own " + std::to_string(r) + "\n");
+  }
+  expected.emplace_back("[ranks 0-39]: T\n");
+  CHECK(render(c.takeAll()) == expected);
 }
 
 TEST_CASE("a rank printing the same line twice gets it twice", "[unit][agent]") {

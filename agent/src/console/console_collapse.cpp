@@ -1,6 +1,7 @@
 #include "console/console_collapse.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace dtrun::agent::detail {
 
@@ -34,59 +35,139 @@ std::string ConsoleCollapse::key(ConsoleStream stream, std::string_view text) {
   return k;
 }
 
+namespace {
+// Room between neighbours' positions: a group moving between two takes their midpoint, and only
+// after about 20 moves into one spot does the queue need renumbering.
+constexpr std::uint64_t kPosGap = std::uint64_t{1} << 20;
+
+// For std::upper_bound over a text's groups: the first group placed after `pos`.
+constexpr auto kByPos = [](std::uint64_t pos, const auto& group) { return pos < group->pos; };
+}  // namespace
+
 void ConsoleCollapse::add(ConsoleStream stream, std::span<const int> ranks, std::string_view text,
                           Clock::time_point printed) {
   if (ranks.empty()) {
     return;
   }
-  // The first seq any of `ranks` may still join: after each one's last group.
-  std::uint64_t after = 0;
+  // The last pending group of any of `ranks`: the line must come out after it.
+  std::optional<GroupIt> last;
   for (const int r : ranks) {
     if (const auto it = lastOf_.find(r); it != lastOf_.end()) {
-      after = std::max(after, it->second);
+      if (!last || it->second->pos > (*last)->pos) {
+        last = it->second;
+      }
     }
   }
-  std::deque<std::uint64_t>& same = byText_[key(stream, text)];
-  const std::uint64_t front = nextSeq_ - groups_.size();
-  Group* target = nullptr;
-  // Every group after `after` lacks all of `ranks` (their last lines are before it).
-  if (const auto it = std::lower_bound(same.begin(), same.end(), after); it != same.end()) {
-    target = &groups_[*it - front];
-  }
-  if (target == nullptr) {
-    Group g;
-    g.line.stream = stream;
-    g.line.text = std::string(text);
-    g.line.oldest = printed;
-    g.seq = nextSeq_++;
-    groups_.push_back(std::move(g));
-    target = &groups_.back();
-    same.push_back(target->seq);
+  // Every group after `last` lacks all of `ranks` (their lines are at or before it); positions
+  // start at 1, so with no `last` every group of the text qualifies.
+  const std::deque<GroupIt>& same = byText_[key(stream, text)];
+  const auto found = std::upper_bound(same.begin(), same.end(), last ? (*last)->pos : 0, kByPos);
+  GroupIt target;
+  if (found != same.end()) {
+    target = *found;
+  } else if (const GroupIt before = same.empty() ? groups_.end() : same.back();
+             before != groups_.end() && pullAhead(before, *last, ranks)) {
+    // (`last` is set: with none, `found` is the text's first group.)
+    target = before;
+  } else {
+    target = open(stream, text, printed);
   }
   auto& members = target->line.ranks;
   members.insert(members.end(), ranks.begin(), ranks.end());
   std::sort(members.begin(), members.end());
   members.erase(std::unique(members.begin(), members.end()), members.end());
   target->line.oldest = std::min(target->line.oldest, printed);
+  target->due = std::min(target->due, printed);
   for (const int r : ranks) {
-    lastOf_[r] = target->seq + 1;
+    lastOf_.insert_or_assign(r, target);
+  }
+}
+
+bool ConsoleCollapse::pullAhead(GroupIt group, GroupIt last, std::span<const int> ranks) {
+  const auto holds = [](const Group& g, int rank) {
+    return std::binary_search(g.line.ranks.begin(), g.line.ranks.end(), rank);
+  };
+  const auto holdsAny = [&](const Group& g, auto&& ranksOf) {
+    return std::any_of(ranksOf.begin(), ranksOf.end(), [&](int r) { return holds(g, r); });
+  };
+  if (holdsAny(*group, ranks)) {
+    return false;  // a rank printing the line again: its own earlier copy
+  }
+  // The groups of `ranks` up to `last` move; each must hold no rank of a group it would pass.
+  std::vector<GroupIt> moving;
+  std::vector<int> passed = group->line.ranks;
+  for (auto it = std::next(group); it != std::next(last); ++it) {
+    if (!holdsAny(*it, ranks)) {
+      passed.insert(passed.end(), it->line.ranks.begin(), it->line.ranks.end());
+      continue;
+    }
+    if (std::any_of(passed.begin(), passed.end(), [&](int r) { return holds(*it, r); })) {
+      return false;
+    }
+    moving.push_back(it);
+  }
+  for (const GroupIt m : moving) {
+    std::deque<GroupIt>& itsText = byText_[key(m->line.stream, m->line.text)];
+    itsText.erase(std::find(itsText.begin(), itsText.end(), m));
+    groups_.splice(group, groups_, m);
+    place(m);
+    itsText.insert(std::upper_bound(itsText.begin(), itsText.end(), m->pos, kByPos), m);
+    m->due = std::min(m->due, group->due);  // it holds that group up: it leaves by its deadline
+  }
+  return true;
+}
+
+ConsoleCollapse::GroupIt ConsoleCollapse::open(ConsoleStream stream, std::string_view text,
+                                               Clock::time_point printed) {
+  Group g;
+  g.line.stream = stream;
+  g.line.text = std::string(text);
+  g.line.oldest = printed;
+  g.due = printed;
+  const GroupIt it = groups_.insert(groups_.end(), std::move(g));
+  place(it);
+  byText_[key(stream, text)].push_back(it);
+  return it;
+}
+
+void ConsoleCollapse::place(GroupIt g) {
+  // Between its neighbours' positions (0 before the front; a gap past the back).
+  const auto ahead = [&] { return g == groups_.begin() ? 0 : std::prev(g)->pos; };
+  const auto behind = [&] {
+    return std::next(g) == groups_.end() ? ahead() + 2 * kPosGap : std::next(g)->pos;
+  };
+  if (behind() - ahead() < 2) {
+    renumber();
+  }
+  g->pos = ahead() + (behind() - ahead()) / 2;
+}
+
+void ConsoleCollapse::renumber() {
+  std::uint64_t pos = 0;
+  for (Group& g : groups_) {
+    g.pos = (pos += kPosGap);
   }
 }
 
 bool ConsoleCollapse::ready(const Group& g, Clock::time_point now) const {
-  return (expected_ > 0 && g.line.ranks.size() >= expected_) || now >= g.line.oldest + window_;
+  return (expected_ > 0 && g.line.ranks.size() >= expected_) || now >= g.due + window_;
 }
 
 void ConsoleCollapse::popFront(std::vector<CollapsedLine>& out) {
-  Group& g = groups_.front();
-  // The front group is the oldest of its text.
-  if (const auto it = byText_.find(key(g.line.stream, g.line.text)); it != byText_.end()) {
+  const GroupIt g = groups_.begin();
+  // The front group is the first of its text.
+  if (const auto it = byText_.find(key(g->line.stream, g->line.text)); it != byText_.end()) {
     it->second.pop_front();
     if (it->second.empty()) {
       byText_.erase(it);
     }
   }
-  out.push_back(std::move(g.line));
+  for (const int r : g->line.ranks) {
+    if (const auto it = lastOf_.find(r); it != lastOf_.end() && it->second == g) {
+      lastOf_.erase(it);
+    }
+  }
+  out.push_back(std::move(g->line));
   groups_.pop_front();
 }
 
@@ -110,7 +191,7 @@ std::optional<ConsoleCollapse::Clock::time_point> ConsoleCollapse::nextDeadline(
   if (groups_.empty()) {
     return std::nullopt;
   }
-  return groups_.front().line.oldest + window_;
+  return groups_.front().due + window_;
 }
 
 }  // namespace dtrun::agent::detail

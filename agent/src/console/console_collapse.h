@@ -4,14 +4,21 @@
 // clock, the timer and the writes (collapsed_console.h on one node, console_relay.h across
 // nodes).
 //
-// Order: each rank's lines come out in the order it printed them. A line joins the oldest
-// pending group with the same text that comes after every line its ranks have pending (so a
-// rank printing "tick" twice joins the second "tick" group of the others); without one it
-// opens a group of its own at the back. Groups leave from the front
-// only, so a group never overtakes an earlier line of any of its ranks.
+// Order: each rank's lines come out in the order it printed them; lines of different ranks
+// keep the order in which they were read, except where grouping needs otherwise. A line joins the
+// oldest pending group with the same text that comes after every group its ranks have pending
+// (so a rank printing "tick" twice joins the second "tick" group of the others). Without one,
+// when the text's last group lies before some of its ranks' pending lines, those lines' groups
+// move ahead of it and the line joins it, provided no other rank's order forbids the move (a
+// group moves past no group holding one of its ranks). That keeps a step's common line whole
+// when the console reads one rank's pipe late: the slow rank's line of its own, read after the
+// others' next common line, moves ahead of that line's group. Otherwise the line opens a group
+// of its own at the back. Groups leave from the front only, so a group never overtakes an
+// earlier line of any of its ranks.
 //
 // Bound: a group leaves once every expected rank is in it, or once its oldest line is `window`
-// old, so no line waits longer than the window (plus the time until the caller's timer fires).
+// old (a group moved ahead of another, by the other's deadline at the latest), so no line waits
+// longer than the window (plus the time until the caller's timer fires).
 // At most kMaxPending groups wait; more push the oldest out early. Not thread-safe.
 #pragma once
 
@@ -19,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,19 +79,24 @@ class ConsoleCollapse {
  private:
   struct Group {
     CollapsedLine line;
-    std::uint64_t seq = 0;
+    Clock::time_point due;  // its window starts here: `oldest`, or earlier (moved ahead)
+    std::uint64_t pos = 0;  // its place in the queue: increasing from the front, with gaps
   };
+  using GroupIt = std::list<Group>::iterator;
+  GroupIt open(ConsoleStream stream, std::string_view text, Clock::time_point printed);
+  bool pullAhead(GroupIt group, GroupIt last, std::span<const int> ranks);
+  void place(GroupIt g);
+  void renumber();
   void popFront(std::vector<CollapsedLine>& out);
   [[nodiscard]] bool ready(const Group& g, Clock::time_point now) const;
   static std::string key(ConsoleStream stream, std::string_view text);
 
   std::chrono::milliseconds window_;
   std::size_t expected_;
-  std::deque<Group> groups_;
-  std::uint64_t nextSeq_ = 0;  // seq of the next group opened
-  // (stream, text) -> the seqs of its pending groups, oldest first.
-  std::unordered_map<std::string, std::deque<std::uint64_t>> byText_;
-  std::unordered_map<int, std::uint64_t> lastOf_;  // rank -> seq of its last group + 1
+  std::list<Group> groups_;  // a list: groups move ahead of others and are referred to by iterator
+  // (stream, text) -> its pending groups, front to back.
+  std::unordered_map<std::string, std::deque<GroupIt>> byText_;
+  std::unordered_map<int, GroupIt> lastOf_;  // rank -> its last pending group
 };
 
 }  // namespace dtrun::agent::detail
