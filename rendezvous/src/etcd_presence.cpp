@@ -69,11 +69,15 @@ class EtcdAgentPresence final : public EtcdPresence {
   [[nodiscard]] StoreFactory storesThrough(std::shared_ptr<EtcdClient> client) const override {
     // Fenced on this agent's liveness key: once its lease expired (paused, cut off) and the job
     // went on without it, it writes nothing more into the job (a stray message would outlive it).
-    return [client = std::move(client), prefix = prefix_,
-            fence = EtcdFence{aliveDir_ + agentId_, aliveRevision_,
-                              "this agent's etcd lease expired: the job dropped it"}] {
-      return makeEtcdStore(client, prefix, fence);
-    };
+    // The key also goes when the job's last agent removes the job's keys: the message names both,
+    // as nothing is left to tell them apart.
+    return
+        [client = std::move(client), prefix = prefix_,
+         fence = EtcdFence{aliveDir_ + agentId_, aliveRevision_,
+                           "this agent's etcd liveness key is gone: its lease expired and the job "
+                           "dropped it, or the job ended and its keys were removed"}] {
+          return makeEtcdStore(client, prefix, fence);
+        };
   }
 
   [[nodiscard]] bool leads() const override { return leads_.load(); }
