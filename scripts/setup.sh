@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Installs everything dtrun's build, tests, benchmarks and demos need on a fresh Debian bookworm
 # machine. Idempotent and apt only: packages already present are not fetched again.
+# Usage: scripts/setup.sh [all (default) | build | test]
+#   build: what the builds, the format check and clang-tidy need; test: the rest (the servers and
+#   tools the tests start). scripts/test.sh installs `test` while the first build runs.
 set -euo pipefail
 
-packages=(
+build_packages=(
   build-essential cmake ninja-build pkg-config
   clang clang-format clang-tidy libclang-rt-dev  # libclang-rt: libFuzzer, for scripts/fuzz.sh
   libssl-dev libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
-  libtorch-dev python3-torch
+  libtorch-dev
+  dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
+)
+test_packages=(
+  python3-torch
   iproute2 procps gnuplot-nox
   openmpi-bin  # tests/integration/mpirun_test.sh: mpirun starting dtrun per node
-  dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
   elfutils gdb python3-jsonschema
   chromium-headless-shell  # tests/integration/report_html_test.sh opens dtrun report --html
   openssh-client openssh-server  # dtrun --hostfile, and its test's sshd in each namespace
@@ -19,6 +25,12 @@ packages=(
   groff-base man-db  # tests/integration/man_completion_test.sh renders and lints dtrun(1)
   prometheus curl  # tests/integration/live_status_test.sh: a real Prometheus scrapes --status_port
 )
+case ${1:-all} in
+  all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  build) packages=("${build_packages[@]}") ;;
+  test) packages=("${test_packages[@]}") ;;
+  *) echo "setup: unknown set '$1' (expected all, build or test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

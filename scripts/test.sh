@@ -50,16 +50,21 @@ run_ctest() {  # <build dir> [ctest args...]
 # The next stage's build runs beside a stage's tests, at the lowest priority: the tests keep the
 # CPU whenever they want it (the suite passes under a load on every core, scripts/flake_table.sh)
 # and the build takes what waiting tests leave idle. Each in a session of its own, so that a
-# failing stage stops it whole; its output is shown when it is waited for.
+# failing stage stops it whole; its output is shown when it is waited for. A new session is a new
+# scheduler autogroup where the kernel groups sessions (sched_autogroup_enabled): nice only ranks
+# processes inside their group, and groups share the CPU evenly, so the session's group is made
+# nice 19 too (a build at nice 19 in a group of its own took half of the CPU from the tests).
 build_logs=$(mktemp -d)
 beside=()
-build_beside() {  # <name> <command...>: starts it, its log in $build_logs/<name>.log
-  local name=$1
-  shift
-  setsid -w nice -n 19 "$@" >"$build_logs/$name.log" 2>&1 &
+run_beside() {  # <nice> <name> <command...>: starts it, its log in $build_logs/<name>.log
+  local nice=$1 name=$2
+  shift 2
+  setsid -w bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -n "$0" "$@"' \
+    "$nice" "$@" >"$build_logs/$name.log" 2>&1 &
   beside+=("$!")
   eval "beside_$name=$!"
 }
+build_beside() { run_beside 19 "$@"; }
 wait_beside() {  # <name> [all]: waits for it; its log's tail (all of it: failed, or `all`)
   local name=$1 pid rc=0
   pid=$(eval "echo \$beside_$name")
@@ -78,8 +83,15 @@ stop_beside() {
 }
 trap 'stop_beside; rm -f "$summary"; print_stages' EXIT
 
-step "setup"
-bash scripts/setup.sh
+# The short form of every slow check (each path once; support/test_form.h, LONG in
+# tests/integration/lib/preamble.sh) in every tree: DTRUN_TEST_LONG=1 bash scripts/test.sh runs the
+# long forms, as ctest does by hand in a release tree.
+export DTRUN_TEST_LONG=${DTRUN_TEST_LONG:-0}
+
+# What the tests alone need (servers, chromium, ...) is installed while the release tree builds.
+step "setup (the build's packages; the tests' are installed beside the release build)"
+bash scripts/setup.sh build
+run_beside 0 packages bash scripts/setup.sh test
 
 step "format check and the house rules (docs/ARCHITECTURE.md)"
 bash scripts/format.sh --check
@@ -89,6 +101,7 @@ python3 scripts/check_rooms.py
 # the suite passes with every core busy (scripts/flake_table.sh).
 step "release build and tests (the ASan and TSan builds beside them)"
 bash scripts/build.sh release
+wait_beside packages
 build_beside sanitizers bash -c 'bash scripts/build.sh asan &&
   bash scripts/build.sh tsan rdzv_tests agent_tests dtrun'
 run_ctest build --output-on-failure --timeout 600 -j3

@@ -3,8 +3,8 @@
 # loopback or in three network namespaces), each hit by one random fault at a random time while
 # the job runs; every run is then checked against the outcome its fault must have.
 #   bash tests/integration/fault_campaign_test.sh /abs/path/to/build/launcher/dtrun
-# Short form (CI): 20 runs (12 for a sanitizer build, found by its build-asan/build-tsan path): the
-# first take each fault kind once.
+# Short form (CI: DTRUN_TEST_LONG=0; a sanitizer build by default): 12 runs, which take each fault
+# kind once; 20 otherwise (LONG in lib/preamble.sh).
 # Long form: FAULT_RUNS=500 bash tests/integration/fault_campaign_test.sh build/launcher/dtrun
 # Settings (environment):
 #   FAULT_RUNS=N     number of runs
@@ -88,7 +88,7 @@ WORKER=$HERE/workers/fault_worker.sh
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 
-RUNS=${FAULT_RUNS:-$((SANITIZED ? 12 : 20))}
+RUNS=${FAULT_RUNS:-$((LONG ? 20 : 12))}
 SEED=${FAULT_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ONLY=${FAULT_ONLY:-}
 BOUND=${FAULT_BOUND:-$((SANITIZED ? 90 : 40))}

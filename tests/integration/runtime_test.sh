@@ -30,10 +30,11 @@ DTRUN=${1:?usage: runtime_test.sh /path/to/dtrun}
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower
 # (TSan: a 3-rank scenario takes ~20 s on 2 cores). RUNTIME_TEST_RUN_LIMIT overrides.
 RUN_LIMIT=45
-# A sanitizer tree runs the short form of the ops scenario (mixed hosts, which take the shared
-# memory and the socket paths both) unless DTRUN_TEST_LONG=1, as lib/preamble.sh's LONG.
+# The short form of the ops scenario (mixed hosts, which take the shared memory and the socket
+# paths both) as lib/preamble.sh's LONG: DTRUN_TEST_LONG=0 or 1, else short in a sanitizer tree.
 LONG=1
-[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || { RUN_LIMIT=180; LONG=${DTRUN_TEST_LONG:-0}; }
+[[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || { RUN_LIMIT=180; LONG=0; }
+[[ ${DTRUN_TEST_LONG:-} != [01] ]] || LONG=$DTRUN_TEST_LONG
 RUN_LIMIT=${RUNTIME_TEST_RUN_LIMIT:-$RUN_LIMIT}
 export DTRUN_TIMEOUT=10
 

@@ -6,8 +6,9 @@
 #   PYTHON     /usr/bin/python3, the interpreter with torch 1.13 (the python3 on PATH may lack it)
 #   SANITIZED  1 when DTRUN comes from an ASan/TSan tree (build-asan/, build-tsan/), else 0
 #   LIMIT      seconds one dtrun run or agent may take: 60, or 120 in a sanitizer tree
-#   LONG       1 for a slow test's long form: always in a release tree; in a sanitizer tree, which
-#              runs 3-10x slower, a short form that takes each path once unless DTRUN_TEST_LONG=1
+#   LONG       1 for a slow test's long form, 0 for its short one, which takes each path once:
+#              DTRUN_TEST_LONG (0 or 1; scripts/test.sh sets 0) or else long in a release tree,
+#              short in a sanitizer tree (3-10x slower)
 #   die <why>        one FAIL line naming the test, then exit 1
 #   note_fail <why>  one FAIL line, counted in fail_count (the test decides when to give up)
 #   pass <what>      one line naming the test
@@ -89,7 +90,8 @@ BUILD=$(cd "$(dirname "$DTRUN")/.." && pwd)
 SANITIZED=0
 [[ $DTRUN != */build-tsan/* && $DTRUN != */build-asan/* ]] || SANITIZED=1
 LIMIT=$((SANITIZED ? 120 : 60))
-LONG=$((SANITIZED == 0 || ${DTRUN_TEST_LONG:-0} == 1))
+LONG=$((SANITIZED == 0))
+[[ ${DTRUN_TEST_LONG:-} != [01] ]] || LONG=$DTRUN_TEST_LONG
 
 preamble_unset_matching() {  # <extended regex>: unsets every variable whose name matches
   local var
