@@ -277,6 +277,37 @@ TEST_CASE("SIGTERM to the agent reaches every worker, one ignoring it is killed 
   }
 }
 
+// The flake table's preemption_signals_test: the round ended (the other node stopped for the
+// scheduler's SIGTERM), then this agent's own SIGTERM arrived: a worker checkpointing on the first
+// SIGTERM got a second one.
+TEST_CASE("a second reason to stop does not signal the workers again", "[integration][agent]") {
+  TempDir dir;
+  const std::string marks = (dir.path() / "mark").string();
+  // Rank 0 fails once the others are ready; they record SIGTERM and go on (a long checkpoint).
+  auto config = shellJob(dir, 3,
+                         "if [ $RANK = 0 ]; then while [ $(cat " + marks +
+                             ".ready 2>/dev/null | wc -l) -lt 2 ]; do sleep 0.05; done; exit 1; "
+                             "fi; trap 'echo TERM $RANK >> " +
+                             marks + "' TERM; echo ready >> " + marks +
+                             ".ready; while :; do sleep 0.05; done");
+  config.shutdownTimeout = 5s;
+  const auto run = runAgent(dir, config, [&](pid_t agent) {
+    // The failure's stop reached both (their traps ran), then dtrun's own SIGTERM comes.
+    REQUIRE(dtrun::testing::waitUntil(
+        [&] {
+          const std::string m = slurp(marks);
+          return m.find("TERM 1") != std::string::npos && m.find("TERM 2") != std::string::npos;
+        },
+        20s));
+    ::kill(agent, SIGTERM);
+  });
+  CHECK(run.code == 128 + SIGTERM);
+  const std::string lines = slurp(marks);
+  CHECK(lines.find("TERM 1") == lines.rfind("TERM 1"));
+  CHECK(lines.find("TERM 2") == lines.rfind("TERM 2"));
+  CHECK_THAT(run.err, Catch::Contains("not signalled again"));
+}
+
 TEST_CASE("tee prefixes console lines, every rank's output lands in its log files",
           "[integration][agent]") {
   TempDir dir;

@@ -113,6 +113,7 @@ GroupStart WorkerGroup::start(const GroupPlacement& placement) {
     fs::create_directories(placement.attemptDir, ec);
   }
   graceTimer_.cancel();
+  stopSignal_ = 0;
   workers_.clear();
   workers_.resize(static_cast<std::size_t>(config_.nprocPerNode));
   if (collapsed_) {  // a group of every rank on this console leaves at once
@@ -409,6 +410,14 @@ void WorkerGroup::signalAll(int signal) {
 }
 
 void WorkerGroup::stop(int signal) {
+  // A worker checkpointing on the first SIGTERM may die of a second one (a shell's trap runs
+  // again, Python's handler raises again), and a new grace period would put SIGKILL off.
+  if (stopSignal_ != 0 && (signal != SIGKILL || stopSignal_ == SIGKILL)) {
+    log::agent().info("the workers were sent {} already: not signalled again",
+                      signalName(stopSignal_));
+    return;
+  }
+  stopSignal_ = signal;
   signalAll(signal);
   signalAll(SIGCONT);  // a stopped worker (SIGSTOP, SIGTTIN) acts on the stop only once continued
   graceTimer_.expires_after(config_.shutdownTimeout);

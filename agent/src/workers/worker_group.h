@@ -84,7 +84,9 @@ class WorkerGroup {
   void signalAll(int signal);
   // signalAll(signal), then SIGKILL after config.shutdownTimeout unless every worker is gone;
   // a worker still there config.killWait after that is stuck in the kernel: it is named,
-  // abandoned, and the handler given to onStuck is called.
+  // abandoned, and the handler given to onStuck is called. Once per group: a second stop (another
+  // reason to stop arrived: the round ended, then dtrun's own SIGTERM) signals nobody again and
+  // keeps the first one's grace period, unless it is SIGKILL after a gentler signal.
   void stop(int signal);
   void onStuck(StuckHandler handler) { onStuck_ = std::move(handler); }
   // Once every worker is reaped: cancels the grace timer, kills what the workers left in their
@@ -142,6 +144,7 @@ class WorkerGroup {
   std::shared_ptr<ConsoleOut> console_;          // dtrun's stdout and stderr, never blocking
   TerminalHandoff terminal_;                     // lent to a worker that reads it
   bool suspended_ = false;                       // stopped by suspend(): noticeStops is quiet
+  int stopSignal_ = 0;                           // what stop() sent this group (0: nothing)
   std::shared_ptr<CollapsedConsole> collapsed_;  // --console=collapse only
 };
 
