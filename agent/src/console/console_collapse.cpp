@@ -101,7 +101,7 @@ bool ConsoleCollapse::pullAhead(GroupIt group, GroupIt last, std::span<const int
       passed.insert(passed.end(), it->line.ranks.begin(), it->line.ranks.end());
       continue;
     }
-    if (std::any_of(passed.begin(), passed.end(), [&](int r) { return holds(*it, r); })) {
+    if (holdsAny(*it, passed)) {
       return false;
     }
     moving.push_back(it);
