@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (preset fuzz: clang, ASan+UBSan -> build-fuzz/) and runs each
-# for SECONDS, starting from the seed corpus in tests/fuzz/corpus/<target>/ and past crashes.
-# Inputs that grow coverage go to build-fuzz/corpus/<target>/ (kept, never committed); a crash,
-# leak, timeout or broken invariant stops with the input saved under build-fuzz/crashes/<target>/
-# and a non-zero exit. Add such an input to tests/fuzz/regressions/<target>/ once fixed: the
-# fuzz/ Catch2 tests replay it in every build from then on.
-# Usage: scripts/fuzz.sh [SECONDS per target, default 30] [target...]
-#        scripts/fuzz.sh --build     builds every harness, runs none (scripts/test.sh, early)
-#   CI: scripts/test.sh runs it with 20 (80 s of fuzzing, 40 s on 2 cores); long runs: scripts/fuzz.sh 3600
+# Builds the libFuzzer harnesses (preset fuzz: clang, ASan+UBSan, optimised -> build-fuzz/) and
+# runs each for SECONDS, starting from the seed corpus in tests/fuzz/corpus/<target>/ and past
+# crashes. Inputs that grow coverage go to <tree>/corpus/<target>/ (kept, never committed); a
+# crash, leak, timeout or broken invariant stops with the input saved under
+# <tree>/crashes/<target>/ and a non-zero exit. Add such an input to tests/fuzz/regressions/<target>/
+# once fixed: the fuzz/ Catch2 tests replay it in every build from then on.
+# Usage: scripts/fuzz.sh [--preset asan|fuzz] [SECONDS per target, default 30] [target...]
+#        scripts/fuzz.sh [--preset asan|fuzz] --build     builds every harness, runs none
+#   --preset asan: the ASan tree's harnesses (build-asan/, unoptimised: fewer executions a second;
+#   that tree builds them anyway). CI: scripts/test.sh runs `--preset asan 20` (80 s of fuzzing,
+#   40 s on 2 cores) beside its tests; long runs: scripts/fuzz.sh 3600 (the optimised tree).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+preset=fuzz
+if [[ ${1:-} == --preset ]]; then
+  preset=${2:-}
+  [[ $preset == asan || $preset == fuzz ]] ||
+    { echo "fuzz.sh: --preset takes asan or fuzz, got '$preset'" >&2; exit 2; }
+  shift 2
+fi
 build_only=0
 if [[ ${1:-} == --build ]]; then
   build_only=1
@@ -37,11 +46,11 @@ if [[ ! -f $runtime/libclang_rt.fuzzer-x86_64.a && ! -f $runtime/libclang_rt.fuz
     "apt-get install clang libclang-rt-dev (scripts/setup.sh does)" >&2
   exit 2
 fi
-build=$root/build-fuzz
+build=$root/build-$preset
 # Quiet when it builds; the compiler's errors (ninja prints them on stdout) when it does not.
-if ! build_log=$(bash "$root/scripts/build.sh" fuzz "${targets[@]/#/fuzz_}" 2>&1); then
+if ! build_log=$(bash "$root/scripts/build.sh" "$preset" "${targets[@]/#/fuzz_}" 2>&1); then
   printf '%s\n' "$build_log" >&2
-  echo "fuzz.sh: the fuzz preset did not build (clang, ASan+UBSan): see the errors above" >&2
+  echo "fuzz.sh: the $preset preset did not build (clang, ASan+UBSan): see the errors above" >&2
   exit 1
 fi
 ((build_only == 0)) || exit 0

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everything, on a fresh Debian bookworm machine: installs the dependencies, checks formatting,
-# builds (warnings are errors) and runs every test in a release build (GCC), again under
-# ASan+UBSan (clang), fuzzes each parser for FUZZ_SECONDS (default 20) under libFuzzer, runs the
-# store and agent tests under TSan (clang), and runs clang-tidy. Exits non-zero on the first
-# failure.
+# builds (warnings are errors) a release tree (GCC), an ASan+UBSan tree and a TSan tree (clang),
+# runs every test in the first two and the store and agent tests in the third (one ctest run),
+# fuzzes each parser for FUZZ_SECONDS (default 20) under libFuzzer, and runs clang-tidy. Exits
+# non-zero on the first failure. TEST_JOBS (default 6): how many tests run at once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -47,9 +47,9 @@ run_ctest() {  # <build dir> [ctest args...]
   return "$rc"
 }
 
-# The next stage's build runs beside a stage's tests, at the lowest priority: the tests keep the
-# CPU whenever they want it (the suite passes under a load on every core, scripts/flake_table.sh)
-# and the build takes what waiting tests leave idle. Each in a session of its own, so that a
+# Work that can wait (clang-tidy, fuzzing) runs beside the builds and the tests, at the lowest
+# priority: they keep the CPU whenever they want it (the suite passes under a load on every core,
+# scripts/flake_table.sh) and it takes what they leave idle. Each in a session of its own, so that a
 # failing stage stops it whole; its output is shown when it is waited for. A new session is a new
 # scheduler autogroup where the kernel groups sessions (sched_autogroup_enabled): nice only ranks
 # processes inside their group, and groups share the CPU evenly, so the session's group is made
@@ -64,7 +64,7 @@ run_beside() {  # <nice> <name> <command...>: starts it, its log in $build_logs/
   beside+=("$!")
   eval "beside_$name=$!"
 }
-build_beside() { run_beside 19 "$@"; }
+idle_beside() { run_beside 19 "$@"; }
 wait_beside() {  # <name> [all]: waits for it; its log's tail (all of it: failed, or `all`)
   local name=$1 pid rc=0
   pid=$(eval "echo \$beside_$name")
@@ -89,7 +89,7 @@ trap 'stop_beside; rm -f "$summary"; print_stages' EXIT
 export DTRUN_TEST_LONG=${DTRUN_TEST_LONG:-0}
 
 # What the tests alone need (servers, chromium, ...) is installed while the release tree builds.
-step "setup (the build's packages; the tests' are installed beside the release build)"
+step "setup (the build's packages; the tests' are installed beside the builds)"
 bash scripts/setup.sh build
 run_beside 0 packages bash scripts/setup.sh test
 
@@ -97,35 +97,44 @@ step "format check and the house rules (docs/ARCHITECTURE.md)"
 bash scripts/format.sh --check
 python3 scripts/check_rooms.py
 
-# Three tests at a time on two cores: most of them wait (on timeouts, on other processes), and
-# the suite passes with every core busy (scripts/flake_table.sh).
-step "release build and tests (the ASan and TSan builds beside them)"
+# The three trees one after the other: each build takes both cores. clang-tidy, which parses every
+# source again, starts now at the lowest priority and fills what the builds leave idle (a tree's
+# last batches and links, one at a time), then what the waiting tests leave.
+step "builds: release (GCC), then ASan+UBSan with the fuzzing harnesses and TSan's store and agent tests (clang); clang-tidy beside them"
+idle_beside tidy bash scripts/tidy.sh
 bash scripts/build.sh release
+bash scripts/build.sh asan
+bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
+
+# One ctest run over the three trees, so that most of the tests, which wait (on timeouts, on other
+# processes), overlap whatever tree they come from: ctest starts the long ones first (COST) and
+# keeps TEST_JOBS running; a script never runs beside its twin from another tree (RESOURCE_LOCK,
+# tests/CMakeLists.txt). The suite passes with every core busy (scripts/flake_table.sh).
+# Fuzzing runs beside it: each target FUZZ_SECONDS (20) of wall time however much CPU it gets,
+# after replaying its corpus and past crashes, so it adds no time of its own; at the lowest
+# priority an input may wait for the CPU, so a hang is 60 s there, not 10. Long runs by hand:
+# scripts/fuzz.sh 3600 (seconds per target, the optimised tree).
+step "tests: release, ASan+UBSan and TSan in one ctest run, ${TEST_JOBS:=6} at a time (fuzzing beside them)"
 wait_beside packages
-build_beside sanitizers bash -c 'bash scripts/build.sh asan &&
-  bash scripts/build.sh tsan rdzv_tests agent_tests dtrun'
-run_ctest build --output-on-failure --timeout 600 -j3
+idle_beside fuzz env FUZZ_INPUT_TIMEOUT=60 bash scripts/fuzz.sh --preset asan "${FUZZ_SECONDS:=20}"
+trees=(build build-asan build-tsan)
+mkdir -p build-all
+first=1
+for tree in "${trees[@]}"; do
+  count=$( (cd "$tree" && ctest -N) | sed -n 's/^Total Tests: //p')
+  echo "tests $first-$((first + count - 1)): $tree/"
+  first=$((first + count))
+done
+quoted=()
+for tree in "${trees[@]}"; do quoted+=("\"$root/$tree\""); done
+echo "subdirs(${quoted[*]})" >build-all/CTestTestfile.cmake
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1 \
+  run_ctest build-all --output-on-failure --timeout 900 -j "$TEST_JOBS"
 
-step "ASan+UBSan tests (the fuzzing build and run, and clang-tidy, beside them)"
-wait_beside sanitizers
-# Fuzzing too: each target runs FUZZ_SECONDS (20) of wall time however much CPU it gets, after
-# replaying its corpus and past crashes, so beside the waiting tests it adds no time of its own;
-# at the lowest priority an input may wait for the CPU, so a hang is 60 s there, not 10.
-# Long runs by hand: scripts/fuzz.sh 3600 (seconds per target).
-build_beside fuzz env FUZZ_INPUT_TIMEOUT=60 bash -c \
-  'bash scripts/fuzz.sh --build && bash scripts/fuzz.sh "$0"' "${FUZZ_SECONDS:=20}"
-# clang-tidy parses every source again: with the build, it fills what the waiting tests leave.
-build_beside tidy bash scripts/tidy.sh
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  run_ctest build-asan --output-on-failure --timeout 900 -j3
-
-step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS}s under ASan+UBSan (run beside the ASan tests: waits for it)"
+step "fuzzing: each libFuzzer target for ${FUZZ_SECONDS}s under ASan+UBSan (run beside the tests: waits for it)"
 wait_beside fuzz all
 
-step "TSan: store and agent tests"
-TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan --output-on-failure --timeout 900 -j3 -R '^(rdzv|agent)/|^integration/multinode_test'
-
-step "clang-tidy (run beside the ASan tests: waits for it)"
+step "clang-tidy (run beside the builds and tests: waits for it)"
 wait_beside tidy
 
 end_stage
