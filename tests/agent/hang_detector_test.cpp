@@ -132,6 +132,23 @@ TEST_CASE("a reporting rank with no operation while the others wait is the suspe
   CHECK_FALSE(diagnoseHang(ranks, 25 * kSecond, 10s));
 }
 
+TEST_CASE("a rank still starting (busy before its first operation) is no hang yet",
+          "[unit][agent]") {
+  RankProgress starting = rank(1, 0, "", "", -1, 0);
+  starting.snapshot.pid = 1001;
+  starting.snapshot.changedNs = 35 * kSecond;  // StartingRanks saw it busy 5 s ago
+  const std::vector<RankProgress> ranks = {rank(0, 1, "init_process_group", "world", 20, 20),
+                                           starting,
+                                           rank(2, 1, "init_process_group", "world", 21, 21)};
+  CHECK_FALSE(diagnoseHang(ranks, 40 * kSecond, 10s));
+  // Once it has sat still for the timeout, it is the suspect as before.
+  const auto d = diagnoseHang(ranks, 45 * kSecond, 10s);
+  REQUIRE(d);
+  CHECK(d->summary ==
+        "rank 1 on node3 has not entered any collective; ranks 0,2 wait in init_process_group "
+        "#1 (group world)");
+}
+
 TEST_CASE("one rank lagging while the others progress is a hang", "[unit][agent]") {
   const std::vector<RankProgress> ranks = {rank(0, 900, "send", "world", 99, 99),
                                            rank(1, 12, "recv", "world", 40, 40),

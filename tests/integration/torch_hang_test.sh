@@ -3,6 +3,8 @@
 # sitecustomize records torch.distributed's operations, so a hang names the rank with no change
 # to the script (workers/torch_hang_cases.py):
 #   late_init      rank 1 never reaches init_process_group: "has not entered any collective"
+#   slow_start     rank 1 keeps a CPU busy for 6 s before it (--hang_timeout=3): still starting, no
+#                  hang, the job finishes
 #   skip_barrier   rank 1 skips a barrier: it is in all_reduce while the others wait in barrier
 #   recv_deadlock  rank 1 waits in recv: named, with its Python stack (faulthandler) in the report
 #   flight_recorder  torch >= 2.2's debug-info pipe (served by the worker, as torch's
@@ -52,6 +54,16 @@ check "$work/recv_deadlock.json" '"torch_hang_cases.py" in [x for x in r["hang"]
 grep -q "File .*torch_hang_cases.py" "$work/logs/recv_deadlock/attempt_0/1/stack.txt" ||
   note_fail "recv_deadlock: rank 1's stack.txt has no Python frame of the script"
 pass "hangs named: late_init, skip_barrier, recv_deadlock"
+
+# Ranks waiting in init_process_group longer than --hang_timeout for one that keeps a CPU busy
+# (an import, a data load on a loaded node) wait for a rank still starting: no hang. No barrier
+# after the imports here: their skew under load is part of what this case checks.
+rc=0
+CASE=slow_start timeout "$LIMIT" "$DTRUN" --nproc_per_node=3 --hang_timeout=3 --log_dir="$work/logs" \
+  --rdzv_id=slow_start "$WORKER" >"$work/slow_start.out" 2>&1 || rc=$?
+[[ $rc -eq 0 ]] || { tail -20 "$work/slow_start.out" >&2; note_fail "slow_start: dtrun exited $rc, want 0 (a busy rank before its first collective is still starting)"; }
+if grep -q "hang:" "$work/slow_start.out"; then note_fail "slow_start: a hang was reported for a rank still starting"; fi
+pass "a rank busy before init_process_group is still starting, not hung"
 
 # torch >= 2.2's flight recorder, its debug-info pipe served by the worker itself (see
 # workers/torch_hang_cases.py): dtrun writes the pipe of every rank on a hang and names the dump.

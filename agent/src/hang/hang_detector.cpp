@@ -127,6 +127,14 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
   std::string reason;
   const bool someoneWaits = std::any_of(judged.begin(), judged.end(),
                                         [](const auto* r) { return r->snapshot.opStartNs != 0; });
+  // A rank before its first operation that changed within the timeout (StartingRanks: it kept a
+  // CPU busy) is still starting; the waiters wait for it, nobody is hung yet.
+  const bool stillStarting = std::any_of(silent.begin(), silent.end(), [&](const auto* r) {
+    return nowNs - r->snapshot.changedNs < limitNs;
+  });
+  if (someoneWaits && stillStarting) {
+    return std::nullopt;
+  }
   if (nowNs - newest >= limitNs && someoneWaits && !silent.empty()) {
     // The others wait for ranks that never got as far as their first operation.
     reason = "no_progress";

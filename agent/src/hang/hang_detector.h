@@ -35,10 +35,11 @@ struct HangDiagnosis {
 // Judges ranks that reported at least one operation: a hang when none of them began or ended an
 // operation for `timeout`, or when one of them has been still for `timeout` longer than the most
 // recent one. Suspects are, first, the ranks that report progress (a writer attached: pid set)
-// but entered no operation while others wait in one; then the ranks behind the others in
-// operation count; with equal counts, those in a different operation (or group) than the
-// majority; else the one in its operation the longest. Ranks without a writer cannot be told
-// from slow ones and are not judged. `nowNs` is CLOCK_MONOTONIC.
+// but entered no operation while others wait in one, once none of them has changed (changedNs,
+// which StartingRanks moves while such a rank keeps a CPU busy) for `timeout`; then the ranks
+// behind the others in operation count; with equal counts, those in a different operation (or
+// group) than the majority; else the one in its operation the longest. Ranks without a writer
+// cannot be told from slow ones and are not judged. `nowNs` is CLOCK_MONOTONIC.
 std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks,
                                           std::int64_t nowNs, std::chrono::milliseconds timeout);
 

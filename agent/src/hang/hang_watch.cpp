@@ -292,11 +292,12 @@ std::vector<RankProgress> HangWatch::progressOf(const WorkerGroup& group) const 
 
 void HangWatch::check() {
   std::vector<RankProgress> ranks = progressOf(*group_);
+  const std::int64_t now = progress::monotonicNs();
+  starting_.markBusy(ranks, now);  // before the other nodes see them
   const auto& assignment = *assignment_;
   if (exchange_ && assignment) {
     // The other nodes matter once this node's ranks have been quiet for half the timeout:
     // reading them earlier would cost every node O(nodes) requests on every tick.
-    const std::int64_t now = progress::monotonicNs();
     std::int64_t newest = 0;
     for (const auto& rank : ranks) {
       newest = std::max(newest, rank.snapshot.ops > 0 ? rank.snapshot.changedNs : 0);
@@ -318,7 +319,7 @@ void HangWatch::check() {
     }
     sortByRank(ranks);
   }
-  auto diagnosis = diagnoseHang(ranks, progress::monotonicNs(), config_.hangTimeout);
+  auto diagnosis = diagnoseHang(ranks, now, config_.hangTimeout);
   if (!diagnosis) {
     arm();
     return;

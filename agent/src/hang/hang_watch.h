@@ -25,6 +25,7 @@
 
 #include "hang/hang_detector.h"
 #include "hang/progress_exchange.h"
+#include "hang/starting_ranks.h"
 #include "report/report.h"
 #include "workers/workers.h"
 
@@ -110,6 +111,7 @@ class HangWatch {
   const std::optional<rdzv::Assignment>* assignment_ = nullptr;
   std::function<void(HangDiagnosis)> onHang_;
   std::vector<RankProgress> remoteProgress_;  // the other nodes' latest ranks
+  StartingRanks starting_;                    // this node's ranks before their first operation
   bool dumping_ = false;
   std::atomic<bool> cancelDump_{false};
   std::thread dumpThread_;  // joined before the next dump and in the destructor

@@ -21,7 +21,6 @@
 #include "live/gpu_sampler.h"
 #include "live/live_exchange.h"
 #include "live/node_status.h"
-#include "live/rank_sampler.h"
 #include "live/status_server.h"
 #include "live/straggler_detector.h"
 #include "workers/workers.h"

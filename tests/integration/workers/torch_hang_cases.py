@@ -1,6 +1,7 @@
 """An unmodified torch.distributed script (nothing of dtrun's imported) that hangs one way,
 chosen by CASE, for tests/integration/torch_hang_test.sh:
   late_init      rank 1 sleeps in sleep_before_init() before init_process_group
+  slow_start     rank 1 keeps a CPU busy for 6 s before init_process_group (no hang: finishes)
   skip_barrier   rank 1 skips the barrier of step 2 and goes on to the next all_reduce
   recv_deadlock  rank 1 waits in recv from rank 0, which never sends
   patched        the script wraps dist.all_reduce itself (as profilers do), then finishes
@@ -31,10 +32,17 @@ def sleep_before_init():
     time.sleep(3600)
 
 
+def spin_before_init(seconds):
+    """Busy, as an import or a data load is on a loaded node: a rank still starting."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
 def meet_after_imports():
     """Every rank waits here (a file barrier in $HANG_BARRIER_DIR, when set) until all have
-    imported torch: on a loaded machine an import can take longer than the test's --hang_timeout,
-    and ranks in init_process_group waiting that long for one still importing are a hang."""
+    imported torch, so that the hang cases start their collectives together: the skew of the
+    imports on a loaded machine (longer than the test's --hang_timeout) is slow_start's part."""
     directory = os.environ.get("HANG_BARRIER_DIR")
     if directory:
         # Imported here: the script stays one file (docs/pytorch.md copies it alone).
@@ -72,6 +80,8 @@ def serve_debug_info_pipe():
 meet_after_imports()
 if case == "late_init" and rank == 1:
     sleep_before_init()
+if case == "slow_start" and rank == 1:
+    spin_before_init(6)
 if case == "flight_recorder":
     serve_debug_info_pipe()
     case = "recv_deadlock"

@@ -1,4 +1,4 @@
-#include "live/rank_sampler.h"
+#include "workers/rank_sampler.h"
 
 #include <fstream>
 #include <iterator>
