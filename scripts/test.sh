@@ -3,7 +3,7 @@
 # builds (warnings are errors) a release tree (GCC), an ASan+UBSan tree and a TSan tree (clang),
 # runs every test in the first two and the store and agent tests in the third (one ctest run),
 # fuzzes each parser for FUZZ_SECONDS (default 20) under libFuzzer, and runs clang-tidy. Exits
-# non-zero on the first failure. TEST_JOBS (default 6): how many tests run at once.
+# non-zero on the first failure. TEST_JOBS (default 4): how many tests run at once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -114,7 +114,7 @@ bash scripts/build.sh tsan rdzv_tests agent_tests dtrun
 # after replaying its corpus and past crashes, so it adds no time of its own; at the lowest
 # priority an input may wait for the CPU, so a hang is 60 s there, not 10. Long runs by hand:
 # scripts/fuzz.sh 3600 (seconds per target, the optimised tree).
-step "tests: release, ASan+UBSan and TSan in one ctest run, ${TEST_JOBS:=6} at a time (fuzzing beside them)"
+step "tests: release, ASan+UBSan and TSan in one ctest run, ${TEST_JOBS:=4} at a time (fuzzing beside them)"
 wait_beside packages
 idle_beside fuzz env FUZZ_INPUT_TIMEOUT=60 bash scripts/fuzz.sh --preset asan "${FUZZ_SECONDS:=20}"
 trees=(build build-asan build-tsan)

@@ -14,7 +14,8 @@ void StartingRanks::markBusy(std::vector<RankProgress>& ranks, std::int64_t nowN
       continue;
     }
     const ProcessUse use = sampler_.sample(writer, std::nullopt, nowNs);
-    std::int64_t busy = busyNs_.contains(writer) ? busyNs_[writer] : 0;
+    const auto before = busyNs_.find(writer);
+    std::int64_t busy = before == busyNs_.end() ? 0 : before->second;
     if (use.cpuPercent && *use.cpuPercent >= kBusyCpuPercent) {
       busy = nowNs;
     }
