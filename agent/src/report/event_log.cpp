@@ -19,7 +19,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-json exitJson(const std::optional<ExitStatus>& exit) {
+json eventExitJson(const std::optional<ExitStatus>& exit) {
   json j = json::object();
   j["exit_code"] = exit && !exit->signaled ? json(exit->code) : json(nullptr);
   j["signal"] = exit && exit->signaled ? json(signalName(exit->code)) : json(nullptr);
@@ -114,7 +114,7 @@ void EventLog::attemptStarted(const AttemptRecord& a) {
 
 void EventLog::workerExited(const AttemptRecord& a, const RankRecord& r) {
   json body{{"attempt", a.attempt}, {"rank", r.rank}, {"local_rank", r.localRank}, {"pid", r.pid}};
-  body.update(exitJson(r.exit));
+  body.update(eventExitJson(r.exit));
   write("worker_exited", Clock::now(), jsonText(body));
 }
 
