@@ -2,6 +2,7 @@
 // asleep one does not, and a rank already in its operations is left alone.
 #include "hang/starting_ranks.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -30,7 +31,9 @@ RankProgress beforeFirstOperation(int rank, pid_t writer) {
 TEST_CASE("a rank busy before its first operation is still starting; an asleep one is not",
           "[unit][agent]") {
   ChildGuard busy([] {
-    for (volatile unsigned long spin = 0;; spin = spin + 1) {
+    std::atomic<unsigned long> spins{0};
+    for (;;) {
+      spins.fetch_add(1, std::memory_order_relaxed);
     }
     return 0;
   });
