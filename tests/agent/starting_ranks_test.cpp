@@ -28,7 +28,7 @@ RankProgress beforeFirstOperation(int rank, pid_t writer) {
 
 }  // namespace
 
-TEST_CASE("a rank busy before its first operation is still starting; an asleep one is not",
+TEST_CASE("a rank busy before its first operation is still starting, an asleep one is not",
           "[unit][agent]") {
   ChildGuard busy([] {
     std::atomic<unsigned long> spins{0};
