@@ -45,14 +45,14 @@ TEST_CASE("a line longer than the bound is split, never lost", "[unit][agent]") 
   CHECK(out == ">ghij!\n");
 }
 
-TEST_CASE("\\r\\n in one read ends one line, not two", "[unit][agent]") {
+TEST_CASE("CR LF in one read ends one line, not two", "[unit][agent]") {
   ConsoleLines lines("[r0]:");
   std::string out;
   lines.feed("dos line\r\nnext\r\nbar\rdone\n", out);
   CHECK(out == "[r0]:dos line\r\n[r0]:next\r\n[r0]:bar\r[r0]:done\n");
 }
 
-TEST_CASE("\\r\\n split across two reads still ends one line", "[unit][agent]") {
+TEST_CASE("CR LF split across two reads still ends one line", "[unit][agent]") {
   ConsoleLines lines("[r0]:");
   std::string out;
   lines.feed("dos line\r", out);
