@@ -72,7 +72,7 @@ TEST_CASE("exit 128+S: the root-cause worker died of signal S", "[unit][agent][p
   CHECK(d.reportFailure);
 }
 
-TEST_CASE("exit 128+S: dtrun itself got a handled signal; no restart, the job is left",
+TEST_CASE("exit 128+S: dtrun itself got a handled signal, no restart, the job is left",
           "[unit][agent][policy]") {
   AttemptEnd end = singleNode(StopReason::kSignal, false, 0, 3);
   end.signal = 15;
@@ -98,7 +98,7 @@ TEST_CASE("exit 124: a hang found with restarts used up", "[unit][agent][policy]
   CHECK(d.reportFailure);
 }
 
-TEST_CASE("exit 127: the entrypoint cannot run; never restarted", "[unit][agent][policy]") {
+TEST_CASE("exit 127: the entrypoint cannot run, never restarted", "[unit][agent][policy]") {
   AttemptEnd end = singleNode(StopReason::kStartup, false, 0, 3);
   end.startupExitCode =
       startupExitCode(dtrun::Status::error(dtrun::Errc::kNotFound, "cannot run ./trian"));

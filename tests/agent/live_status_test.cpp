@@ -157,7 +157,7 @@ TEST_CASE("a rank's GPU figures: where it holds the most, its memory on every GP
   CHECK_FALSE(byPid.at(200).memoryBytes.has_value());
 }
 
-TEST_CASE("a rank's GPU figures in the JSON and the metrics; none without them",
+TEST_CASE("a rank's GPU figures in the JSON and the metrics, none without them",
           "[unit][agent][live]") {
   NodeStatus node = liveNode(0, {3, 4});
   node.ranks[1].gpu = 1;

@@ -6,8 +6,9 @@
 #include <chrono>
 #include <thread>
 
-#include <catch2/catch.hpp>
 #include <unistd.h>
+
+#include <catch2/catch.hpp>
 
 #include "progress_file.h"
 #include "support/process.h"

@@ -93,7 +93,7 @@ TEST_CASE("jitter under the threshold names nobody", "[unit][live]") {
   CHECK(detector.current().empty());
 }
 
-TEST_CASE("two late ranks are both named; a one-off pause is not", "[unit][live]") {
+TEST_CASE("two late ranks are both named, a one-off pause is not", "[unit][live]") {
   StragglerDetector detector(std::chrono::milliseconds(200), 20);
   const auto late = [](int rank, std::uint64_t op) -> std::int64_t {
     if (rank == 2 || rank == 6) {
@@ -136,7 +136,7 @@ TEST_CASE("an incomplete job is not judged, and a node's late report still count
   CHECK(detector.current()[0].judged == 10);
 }
 
-TEST_CASE("a straggler that catches up recovers; a new attempt starts over", "[unit][live]") {
+TEST_CASE("a straggler that catches up recovers, a new attempt starts over", "[unit][live]") {
   StragglerDetector detector(std::chrono::milliseconds(200), 10);
   const auto slow = [](int rank, std::uint64_t) -> std::int64_t {
     return rank == 7 ? 300'000'000 : 0;

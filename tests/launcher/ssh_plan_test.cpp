@@ -91,7 +91,7 @@ TEST_CASE("one ssh per host: node rank by order, c10d on the first host, slots a
                                                        plan.nodes[2].remoteCommand});
 }
 
-TEST_CASE("nproc: --nproc_per_node wins over slots; --export, --remote_workdir, --ssh_config",
+TEST_CASE("nproc: --nproc_per_node wins over slots, --export, --remote_workdir, --ssh_config",
           "[unit]") {
   const auto plan =
       sshPlanOk({"--hosts=a:4,b", "--nproc_per_node=3", "--export=DATA,MODE=fast", "--export=HOME",
@@ -171,7 +171,7 @@ TEST_CASE("launches over ssh refused before any connection", "[unit]") {
             .starts_with("--hostfile/--hosts: no ssh on PATH"));
 }
 
-TEST_CASE("ssh-only options without --hostfile are refused; shell quoting", "[unit]") {
+TEST_CASE("ssh-only options without --hostfile are refused, shell quoting", "[unit]") {
   launcher::RawOptions raw;
   raw.given["export"] = "A";
   CHECK(launcher::checkNoSshOptions(raw).message() ==

@@ -125,7 +125,7 @@ TEST_CASE("numa-binding node and socket follow torch's choice of CPUs", "[unit][
   CHECK(formatCpuList(socket.ranks[7].cpus) == "16-31,48-63");
 }
 
-TEST_CASE("exclusive splits a node's cores among its GPUs; core-complex gives each an L3",
+TEST_CASE("exclusive splits a node's cores among its GPUs, core-complex gives each an L3",
           "[unit][placement]") {
   const Topology t = recorded("amd-2s8g");
   const Plan exclusive = planOk(t, bind(Binding::kExclusive, 8, indices(8)));

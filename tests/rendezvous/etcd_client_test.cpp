@@ -399,7 +399,7 @@ TEST_CASE("etcd client: requests go on when a member of a 3-member cluster is ki
 }
 
 TEST_CASE(
-    "etcd client: TLS with the right CA and client certificate works; a wrong one is one line",
+    "etcd client: TLS with the right CA and client certificate works, a wrong one is one line",
     "[integration][rdzv][etcd]") {
   if (skipWithoutEtcd()) {
     return;
@@ -465,7 +465,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("etcd client: user/password auth; a wrong password is one line and kDenied",
+TEST_CASE("etcd client: user/password auth, a wrong password is one line and kDenied",
           "[integration][rdzv][etcd]") {
   if (skipWithoutEtcd()) {
     return;

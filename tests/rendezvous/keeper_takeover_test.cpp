@@ -189,7 +189,7 @@ TEST_CASE("a round that holds the store's host gives its workers the job's store
   }
 }
 
-TEST_CASE("a lost agent ends its round at once; the workers' store is node 0's",
+TEST_CASE("a lost agent ends its round at once, the workers' store is node 0's",
           "[round][takeover]") {
   auto server = testing::startServer();
   const auto s = settingsFor(2, 2);
