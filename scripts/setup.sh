@@ -9,7 +9,7 @@ set -euo pipefail
 build_packages=(
   build-essential cmake ninja-build pkg-config
   clang clang-format clang-tidy libclang-rt-dev  # libclang-rt: libFuzzer, for scripts/fuzz.sh
-  lld  # the sanitizer trees link with it (CMakePresets.json): their debug objects are large
+  lld  # the sanitizer trees link with it (CMakePresets.json): a fifth of ld.bfd's CPU there
   libssl-dev libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
   libtorch-dev
   dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
