@@ -1,7 +1,7 @@
 """An unmodified torch.distributed script (nothing of dtrun's imported) that hangs one way,
 chosen by CASE, for tests/integration/torch_hang_test.sh:
   late_init      rank 1 sleeps in sleep_before_init() before init_process_group
-  slow_start     rank 1 keeps a CPU busy for 6 s before init_process_group (no hang: finishes)
+  slow_start     rank 1 keeps a CPU busy for 14 s before init_process_group (no hang: finishes)
   skip_barrier   rank 1 skips the barrier of step 2 and goes on to the next all_reduce
   recv_deadlock  rank 1 waits in recv from rank 0, which never sends
   patched        the script wraps dist.all_reduce itself (as profilers do), then finishes
@@ -81,7 +81,7 @@ meet_after_imports()
 if case == "late_init" and rank == 1:
     sleep_before_init()
 if case == "slow_start" and rank == 1:
-    spin_before_init(6)
+    spin_before_init(14)
 if case == "flight_recorder":
     serve_debug_info_pipe()
     case = "recv_deadlock"
