@@ -120,13 +120,13 @@ idle_beside fuzz env FUZZ_INPUT_TIMEOUT=60 bash scripts/fuzz.sh --preset asan "$
 trees=(build build-asan build-tsan)
 mkdir -p build-all
 first=1
+quoted=()
 for tree in "${trees[@]}"; do
   count=$( (cd "$tree" && ctest -N) | sed -n 's/^Total Tests: //p')
   echo "tests $first-$((first + count - 1)): $tree/"
   first=$((first + count))
+  quoted+=("\"$root/$tree\"")
 done
-quoted=()
-for tree in "${trees[@]}"; do quoted+=("\"$root/$tree\""); done
 echo "subdirs(${quoted[*]})" >build-all/CTestTestfile.cmake
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1 \
   run_ctest build-all --output-on-failure --timeout 900 -j "$TEST_JOBS"
