@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything dtrun's build, tests, benchmarks and demos need on a fresh Debian bookworm
 # machine. Idempotent and apt only: packages already present are not fetched again.
-# Usage: scripts/setup.sh [all (default) | build | test]
-#   build: what the builds, the format check and clang-tidy need; test: the rest (the servers and
-#   tools the tests start). scripts/test.sh installs `test` while the first build runs.
+# Usage: scripts/setup.sh [all (default) | build | core | test]
+#   build: what every build, the format check and clang-tidy need; core: the same without
+#   libtorch, which only the release tree's dtrun::ddp and DDP demos use (a sanitizer tree never
+#   looks for it); test: the rest (the servers and tools the tests start). scripts/test.sh
+#   installs `core`, then the rest while the ASan tree builds.
 set -euo pipefail
 
 build_packages=(
@@ -11,9 +13,9 @@ build_packages=(
   clang clang-format clang-tidy libclang-rt-dev  # libclang-rt: libFuzzer, for scripts/fuzz.sh
   lld  # the sanitizer trees link with it (CMakePresets.json): a fifth of ld.bfd's CPU there
   libssl-dev libboost-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 libgloo-dev
-  libtorch-dev
   dpkg-dev file git  # the Debian package (cpack: dpkg-shlibdeps, file); the commit in --version
 )
+torch_packages=(libtorch-dev)  # most of a fresh machine's install time, with its dependencies
 test_packages=(
   python3-torch
   iproute2 procps gnuplot-nox
@@ -27,10 +29,11 @@ test_packages=(
   prometheus curl  # tests/integration/live_status_test.sh: a real Prometheus scrapes --status_port
 )
 case ${1:-all} in
-  all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
-  build) packages=("${build_packages[@]}") ;;
+  all) packages=("${build_packages[@]}" "${torch_packages[@]}" "${test_packages[@]}") ;;
+  build) packages=("${build_packages[@]}" "${torch_packages[@]}") ;;
+  core) packages=("${build_packages[@]}") ;;
   test) packages=("${test_packages[@]}") ;;
-  *) echo "setup: unknown set '$1' (expected all, build or test)" >&2; exit 2 ;;
+  *) echo "setup: unknown set '$1' (expected all, build, core or test)" >&2; exit 2 ;;
 esac
 
 missing=()

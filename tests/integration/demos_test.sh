@@ -5,7 +5,7 @@
 # The C++ demos are found next to dtrun's build tree (<build>/demos/<name>/<name>; build them
 # with ninja -C build barrier p2p collectives). Per-rank output is read from --log_dir.
 # Scenarios:
-#   barrier     20 runs at 4 ranks (6 in a sanitizer tree's short form, preamble.sh; tcp; half with the default 100 ms per rank of uneven work
+#   barrier     20 runs at 4 ranks (6 in the short form, LONG in preamble.sh; tcp; half with the default 100 ms per rank of uneven work
 #               before the checkpoint, half with none) and 4 with gloo: in every run, every
 #               rank's WAITING line is stamped (CLOCK_MONOTONIC, taken before entering the
 #               barrier) no later than every rank's Results line (stamped after leaving it).
@@ -26,6 +26,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" demos_test "$@"
+release_in_short_form "the demos' libdtrt calls (barrier, send/recv, collectives over tcp, gloo and shm) are runtime_test's here too; the rest is the demos' own code and torch"
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower.
 RUN_LIMIT=${DEMOS_TEST_RUN_LIMIT:-$((SANITIZED ? 120 : 30))}
 BARRIER_RUNS=${DEMOS_TEST_BARRIER_RUNS:-$((LONG ? 20 : 6))}

@@ -7,19 +7,16 @@
 #   bash tests/integration/docs_commands_test.sh /abs/path/to/build/launcher/dtrun
 # DOCS_TEST_FILES="docs/placement.md ..." runs some files only; DOCS_TEST_JOBS (default 1) runs
 # that many blocks at once. Every command is bounded (--timeout, 60 s). The programs the docs
-# run from build/ must be built; a sanitizer tree (no libtorch demos) says SKIP and passes.
+# run from build/ must be built; a sanitizer tree (no libtorch demos) says SKIP (exit 77: skipped).
 set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" docs_commands_test "$@"
 clear_scheduler_env
 
-# The docs show a release tree's runs: a sanitizer tree builds no libtorch demos (toy_ddp,
-# resnet_ddp) and would only repeat, 3-10x slower, what the release tree's run checks.
-if ((SANITIZED)); then
-  echo "docs_commands_test: SKIP: the docs are checked against the release tree's dtrun"
-  exit 0
-fi
+# A sanitizer tree builds no libtorch demos (toy_ddp, resnet_ddp) and would only repeat, 3-10x
+# slower, what the release tree's run checks.
+release_tree_only "the docs show a release tree's runs"
 for program in demos/barrier/barrier demos/p2p/p2p demos/collectives/collectives \
   demos/toy_ddp/toy_ddp demos/resnet_ddp/resnet_ddp tests/worker_runtime/dtrt_hang_worker; do
   [[ -x $BUILD/$program ]] ||

@@ -10,6 +10,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" install_test "$@"
+release_tree_only "it installs and packages what ships (a sanitizer tree's packages never do)"
 clear_scheduler_env
 export OMP_NUM_THREADS=1
 for tool in cpack dpkg-deb dpkg-shlibdeps file; do

@@ -21,6 +21,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" kubeflow_netns_test "$@"
+release_in_short_form "the Kubeflow environment is read by code launcher/'s unit tests drive here, the agents' namespaces by netns_test; the rest is torch workers"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 

@@ -16,6 +16,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" libdtrt_package_test "$@"
+release_tree_only "it installs and packages what ships and builds users' projects against it (a sanitizer tree's packages never ship)"
 clear_scheduler_env
 export OMP_NUM_THREADS=1
 for tool in cmake cpack dpkg-deb pkg-config make c++ nm ldd; do

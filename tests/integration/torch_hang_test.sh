@@ -17,6 +17,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" torch_hang_test "$@"
+release_in_short_form "dtrun's hang watch and report run here in hang_report_test and hang_liveness_test (C++ workers); the rest is torch and the Python hook"
 $PYTHON -c 'import torch.distributed' 2>/dev/null || die "torch is missing for $PYTHON (scripts/setup.sh installs python3-torch)"
 WORKER=$HERE/workers/torch_hang_cases.py
 export GLOO_SOCKET_IFNAME=lo PYTHON_EXEC=$PYTHON

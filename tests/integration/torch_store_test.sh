@@ -12,6 +12,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" torch_store_test "$@"
+release_in_short_form "the store's request handling (both torch dialects) runs here in rdzv/'s store and protocol tests and the fuzz_store_request target; the rest is torch's client"
 STEP_TIMEOUT=60  # seconds for one client process
 
 # Describes exit status $1 (timeout(1) exits 124 when it had to stop the command).

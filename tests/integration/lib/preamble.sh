@@ -18,6 +18,12 @@
 #                    own ports (no connection takes it meanwhile); a random one if Python fails
 #   running <pid>    true while the process runs (a zombie, exited but not reaped, has stopped)
 #   clear_scheduler_env  unsets SLURM_* and PBS_* (for tests that make up a scheduler's job)
+#   release_tree_only <why>  in a sanitizer tree: one SKIP line saying why, exit 77 (ctest's
+#                    SKIP_RETURN_CODE): for what checks the product as shipped (its packages)
+#   release_in_short_form <why>  the same in a sanitizer tree's short form only (LONG=0, as CI
+#                    runs): for a script whose instrumented paths (dtrun's own code) the tree's
+#                    other scripts and unit tests drive too, most of whose time is uninstrumented
+#                    work (torch workers); DTRUN_TEST_LONG=1 runs it in every tree
 #   work       a fresh directory; pids: background processes the test started
 #   forget <pid>     drops a reaped pid from pids, so the cleanup never signals a reused pid
 #   at_exit <command>    runs <command> on exit (in order of registration)
@@ -92,6 +98,17 @@ SANITIZED=0
 LIMIT=$((SANITIZED ? 120 : 60))
 LONG=$((SANITIZED == 0))
 [[ ${DTRUN_TEST_LONG:-} != [01] ]] || LONG=$DTRUN_TEST_LONG
+
+release_tree_only() {
+  ((SANITIZED)) || return 0
+  echo "$TEST_NAME: SKIP: the release tree's run checks this: $*"
+  exit 77
+}
+release_in_short_form() {
+  ((SANITIZED && !LONG)) || return 0
+  echo "$TEST_NAME: SKIP in a sanitizer tree's short form (DTRUN_TEST_LONG=1 runs it): $*"
+  exit 77
+}
 
 preamble_unset_matching() {  # <extended regex>: unsets every variable whose name matches
   local var
