@@ -9,26 +9,36 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# Each stage's wall time, printed as it ends and again in one table at the end (also on failure).
+# Each stage's wall time and how busy the machine's cores were meanwhile (/proc/stat: the
+# CPU-seconds used by anything, and those left idle), printed as it ends and again in one table
+# at the end (also on failure). A stage with no idle CPU is bound by its work, not by waiting.
 stages=()
 stage_name=""
 stage_start=$SECONDS
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
+stage_ticks=$(cpu_ticks)
 end_stage() {
   [[ -n $stage_name ]] || return 0
-  local took=$((SECONDS - stage_start))
-  stages+=("$(printf '%5d s  %s' "$took" "$stage_name")")
-  printf '=== %s: %d s\n' "$stage_name" "$took"
+  local took=$((SECONDS - stage_start)) total idle total0 idle0 hz line
+  read -r total idle <<<"$(cpu_ticks)"
+  read -r total0 idle0 <<<"$stage_ticks"
+  hz=$(getconf CLK_TCK)
+  line=$(printf '%5d s  %6d CPU-s busy  %5d idle  %s' "$took" $(((total - total0 - idle + idle0) / hz)) \
+    $(((idle - idle0) / hz)) "$stage_name")
+  stages+=("$line")
+  printf '=== %s\n' "$line"
   stage_name=""
 }
 step() {
   end_stage
   stage_name=$*
   stage_start=$SECONDS
+  stage_ticks=$(cpu_ticks)
   printf '\n=== %s\n' "$*"
 }
 print_stages() {
   end_stage
-  printf '\n=== stage times (%d s in all)\n' "$SECONDS"
+  printf '\n=== stage times (%d s in all, %d cores)\n' "$SECONDS" "$(nproc)"
   printf '%s\n' "${stages[@]}"
 }
 
