@@ -26,7 +26,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" demos_test "$@"
-release_in_short_form "the demos' libdtrt calls (barrier, send/recv, collectives over tcp, gloo and shm) are runtime_test's here too; the rest is the demos' own code and torch"
+release_in_short_form "the demos' libdtrt calls (barrier, send/recv, collectives over tcp, gloo and shm) run here in runtime/'s checks and runtime_test; the rest is the demos' own code and torch"
 # Seconds for one dtrun run (the workers' own timeouts are 10 s); sanitizer trees run slower.
 RUN_LIMIT=${DEMOS_TEST_RUN_LIMIT:-$((SANITIZED ? 120 : 30))}
 BARRIER_RUNS=${DEMOS_TEST_BARRIER_RUNS:-$((LONG ? 20 : 6))}
