@@ -17,7 +17,8 @@ double secondsBetween(std::int64_t fromNs, std::int64_t toNs) {
 
 }  // namespace
 
-NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64_t nowNs) {
+NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& progress,
+                      std::int64_t nowNs) {
   NodeStatus node;
   for (const Worker& w : group.workers()) {
     RankStatus r;
@@ -32,7 +33,7 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64
     }
     std::optional<std::uint64_t> ops;
     if (w.progress) {
-      if (auto snapshot = w.progress->read()) {
+      if (auto snapshot = r.pid > 0 ? progress.read(r.pid, *w.progress) : w.progress->read()) {
         r.entryTimes = std::move(snapshot->entries);
         r.op = snapshot->op;
         r.ops = snapshot->ops;
@@ -54,6 +55,7 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64
     node.ranks.push_back(std::move(r));
   }
   sampler.forgetUnseen();
+  progress.forgetUnseen();
   return node;
 }
 
@@ -107,7 +109,7 @@ void LiveView::arm() {
 }
 
 void LiveView::refresh() {
-  NodeStatus node = sampleNode(group_, sampler_, progress::monotonicNs());
+  NodeStatus node = sampleNode(group_, sampler_, progress_, progress::monotonicNs());
   gpus_.fill(node);
   const LiveFacts facts = facts_();
   node.host = host_;
