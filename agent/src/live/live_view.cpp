@@ -17,7 +17,7 @@ double secondsBetween(std::int64_t fromNs, std::int64_t toNs) {
 
 }  // namespace
 
-NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& progress,
+NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& lastProgress,
                       std::int64_t nowNs) {
   NodeStatus node;
   for (const Worker& w : group.workers()) {
@@ -33,7 +33,7 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgre
     }
     std::optional<std::uint64_t> ops;
     if (w.progress) {
-      if (auto snapshot = r.pid > 0 ? progress.read(r.pid, *w.progress) : w.progress->read()) {
+      if (auto snapshot = r.pid > 0 ? lastProgress.read(r.pid, *w.progress) : w.progress->read()) {
         r.entryTimes = std::move(snapshot->entries);
         r.op = snapshot->op;
         r.ops = snapshot->ops;
@@ -55,7 +55,7 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgre
     node.ranks.push_back(std::move(r));
   }
   sampler.forgetUnseen();
-  progress.forgetUnseen();
+  lastProgress.forgetUnseen();
   return node;
 }
 

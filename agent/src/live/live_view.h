@@ -39,8 +39,8 @@ struct LiveFacts {
 };
 
 // A node's ranks now: each worker's process, exit and progress file (a torn read shows the last
-// consistent one: `progress`), and its use of the machine.
-NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& progress,
+// consistent one: `lastProgress`), and its use of the machine.
+NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& lastProgress,
                       std::int64_t nowNs);
 
 class LiveView {
