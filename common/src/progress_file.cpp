@@ -240,9 +240,10 @@ std::optional<Snapshot> ProgressReader::read() const {
     s.commReadyNs = load<std::int64_t>(base_, kCommReady);
     s.stackSignal = load<std::int32_t>(base_, kStackSignal);
     s.pid = load<std::int32_t>(base_, kPid);
+    last_ = s;
     return s;
   }
-  return std::nullopt;
+  return last_;
 }
 
 }  // namespace dtrun::progress

@@ -96,19 +96,26 @@ class ProgressWriter {
 class ProgressReader {
  public:
   static std::optional<ProgressReader> open(const std::string& path, std::size_t slot);
-  ProgressReader(ProgressReader&& other) noexcept : base_(other.base_) { other.base_ = nullptr; }
+  ProgressReader(ProgressReader&& other) noexcept
+      : base_(other.base_), last_(std::move(other.last_)) {
+    other.base_ = nullptr;
+  }
   ProgressReader& operator=(ProgressReader&&) = delete;
   ProgressReader(const ProgressReader&) = delete;
   ProgressReader& operator=(const ProgressReader&) = delete;
   ~ProgressReader();
 
-  // A consistent snapshot; nullopt when the writer kept it torn for every try (a writer that
-  // died in the middle of an update) or the file is not a progress file.
+  // A consistent snapshot. When the writer keeps the slot torn for every try, the last
+  // consistent one read before (nullopt before the first): a Python writer preempted in the
+  // middle of its update on a loaded machine holds the seqlock odd for a whole time slice, far
+  // longer than the tries, and a rank's operation counter must not read 0 meanwhile (the live
+  // view's Prometheus counter would reset). A writer that died there shows its last state.
   [[nodiscard]] std::optional<Snapshot> read() const;
 
  private:
   explicit ProgressReader(const unsigned char* base) : base_(base) {}
-  const unsigned char* base_;  // the slot, in a mapping owned (see unmapSlot)
+  const unsigned char* base_;             // the slot, in a mapping owned (see unmapSlot)
+  mutable std::optional<Snapshot> last_;  // the last consistent read
 };
 
 }  // namespace dtrun::progress

@@ -17,8 +17,7 @@ double secondsBetween(std::int64_t fromNs, std::int64_t toNs) {
 
 }  // namespace
 
-NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& lastProgress,
-                      std::int64_t nowNs) {
+NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64_t nowNs) {
   NodeStatus node;
   for (const Worker& w : group.workers()) {
     RankStatus r;
@@ -33,7 +32,7 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgre
     }
     std::optional<std::uint64_t> ops;
     if (w.progress) {
-      if (auto snapshot = r.pid > 0 ? lastProgress.read(r.pid, *w.progress) : w.progress->read()) {
+      if (auto snapshot = w.progress->read()) {
         r.entryTimes = std::move(snapshot->entries);
         r.op = snapshot->op;
         r.ops = snapshot->ops;
@@ -55,7 +54,6 @@ NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgre
     node.ranks.push_back(std::move(r));
   }
   sampler.forgetUnseen();
-  lastProgress.forgetUnseen();
   return node;
 }
 
@@ -109,7 +107,7 @@ void LiveView::arm() {
 }
 
 void LiveView::refresh() {
-  NodeStatus node = sampleNode(group_, sampler_, progress_, progress::monotonicNs());
+  NodeStatus node = sampleNode(group_, sampler_, progress::monotonicNs());
   gpus_.fill(node);
   const LiveFacts facts = facts_();
   node.host = host_;

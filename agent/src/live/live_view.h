@@ -19,7 +19,6 @@
 #include "dtrun/agent_config.h"
 
 #include "live/gpu_sampler.h"
-#include "live/last_progress.h"
 #include "live/live_exchange.h"
 #include "live/node_status.h"
 #include "live/status_server.h"
@@ -38,10 +37,8 @@ struct LiveFacts {
   std::string state;  // "rendezvous", "running", "restarting", "stopping", "finished"
 };
 
-// A node's ranks now: each worker's process, exit and progress file (a torn read shows the last
-// consistent one: `lastProgress`), and its use of the machine.
-NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, LastProgress& lastProgress,
-                      std::int64_t nowNs);
+// A node's ranks now: each worker's process, exit and progress file, and its use of the machine.
+NodeStatus sampleNode(const WorkerGroup& group, RankSampler& sampler, std::int64_t nowNs);
 
 class LiveView {
  public:
@@ -102,7 +99,6 @@ class LiveView {
   std::function<void(const Straggler&)> onStraggler_;
   std::vector<NodeStatus> others_;  // the other nodes, as last gathered
   RankSampler sampler_;
-  LastProgress progress_;
   GpuSampler gpus_;  // NVML, off the loop; each sample shows its last reading
   boost::asio::steady_timer timer_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
