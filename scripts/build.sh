@@ -3,6 +3,8 @@
 # (clang + libFuzzer harnesses),
 # as defined by the presets in CMakePresets.json.
 # Usage: scripts/build.sh [release|asan|tsan|fuzz] [ninja targets...]   -> build dir printed last
+# DTRUN_UNITY_BATCH_SIZE: sources per unity batch (the presets' 16 when unset; 0, each target in
+# one batch, as scripts/test.sh builds: least CPU from scratch, most for a one-file change).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 flavour=${1:-release}
@@ -14,6 +16,12 @@ esac
 dir=$root/build
 [[ $flavour == release ]] || dir=$root/build-$flavour
 # The presets (CMakePresets.json) hold each flavour's settings; this only selects one.
-(cd "$root" && cmake --preset "$flavour" >/dev/null)
+batch=()
+if [[ -n ${DTRUN_UNITY_BATCH_SIZE:-} ]]; then
+  [[ $DTRUN_UNITY_BATCH_SIZE =~ ^[0-9]+$ ]] ||
+    { echo "build.sh: DTRUN_UNITY_BATCH_SIZE must be a whole number (0: a target per batch), got '$DTRUN_UNITY_BATCH_SIZE'" >&2; exit 2; }
+  batch=(-DCMAKE_UNITY_BUILD_BATCH_SIZE="$DTRUN_UNITY_BATCH_SIZE")
+fi
+(cd "$root" && cmake --preset "$flavour" "${batch[@]}" >/dev/null)
 ninja -C "$dir" "$@"
 echo "$dir"

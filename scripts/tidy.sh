@@ -14,7 +14,9 @@ db=${1:-build-tidy}
 [[ $db == /* ]] || db=$root/$db
 # Without libtorch: dtrun::ddp is not checked here, and scripts/test.sh starts this while
 # libtorch-dev may still be installing.
-cmake --preset release -B "$db" -DCMAKE_UNITY_BUILD=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
+# DTRUN_UNITY_BATCH_SIZE as scripts/build.sh reads it (scripts/test.sh: 0, a batch per target).
+cmake --preset release -B "$db" -DCMAKE_UNITY_BUILD=ON -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON \
+  -DCMAKE_UNITY_BUILD_BATCH_SIZE="${DTRUN_UNITY_BATCH_SIZE:-16}" >/dev/null
 mapfile -t files < <(git ls-files 'common/*.cpp' 'scheduler/*.cpp' 'placement/*.cpp' 'rendezvous/*.cpp' 'launcher/*.cpp' 'agent/*.cpp' \
   'worker_runtime/*.cpp' 'bench/*.cpp')
 # Each source's batch, or the source itself where it is compiled on its own; every source must

@@ -120,7 +120,7 @@ std::string shellQuoted(std::string_view text) {
   return out + "'";
 }
 
-std::string joinWords(const std::vector<std::string>& words) {
+std::string spaceJoined(const std::vector<std::string>& words) {
   std::string out;
   for (const std::string& word : words) {
     out += (out.empty() ? "" : " ") + word;
@@ -265,7 +265,7 @@ std::string bashCompletion(const CLI::App& app) {
       "# bash completion for dtrun, written by `dtrun completion bash` from the options dtrun\n"
       "# parses. Installed as share/bash-completion/completions/dtrun; or: source <(dtrun "
       "completion bash)\n\n_dtrun_commands=" +
-      shellQuoted(joinWords(names)) + "\n\n";
+      shellQuoted(spaceJoined(names)) + "\n\n";
   out += "# _dtrun_options <command>: REPLY = the options of <command> (\"\": the launch's).\n";
   out += "_dtrun_options() {\n  case $1 in\n";
   for (const CLI::App* command : commands) {
@@ -275,7 +275,7 @@ std::string bashCompletion(const CLI::App& app) {
       all.insert(all.end(), spellings.begin(), spellings.end());
     }
     out += "    " + shellQuoted(command == &app ? "" : command->get_name()) +
-           ") REPLY=" + shellQuoted(joinWords(all)) + " ;;\n";
+           ") REPLY=" + shellQuoted(spaceJoined(all)) + " ;;\n";
   }
   out += "  esac\n}\n\n";
   out +=
@@ -301,7 +301,7 @@ std::string bashCompletion(const CLI::App& app) {
         alternatives += (alternatives.empty() ? "" : " | ") + pattern;
       }
       out += "    " + alternatives +
-             ") REPLY=" + shellQuoted(joinWords(wordsOf(*command, option))) + " ;;\n";
+             ") REPLY=" + shellQuoted(spaceJoined(wordsOf(*command, option))) + " ;;\n";
     }
   }
   out += "    *) return 1 ;;\n  esac\n}\n";

@@ -183,7 +183,7 @@ std::vector<std::string> passedThrough(const RawOptions& raw) {
   return flags;
 }
 
-std::string joinWords(const std::vector<std::string>& words) {
+std::string shellJoined(const std::vector<std::string>& words) {
   std::string line;
   for (const std::string& word : words) {
     line += (line.empty() ? "" : " ") + shellQuote(word);
@@ -344,7 +344,7 @@ Result<SshPlan> planSsh(const RawOptions& raw, const HostFacts& host, const SshF
         command += " " + shellQuote(std::string(name).append("=").append(value));
       }
     }
-    command += " " + joinWords(words);
+    command += " " + shellJoined(words);
 
     SshNode node;
     node.host = entry.name;
@@ -390,7 +390,7 @@ std::string sshPlanText(const SshPlan& plan) {
                      plan.rdzvId + ", c10d store at " + plan.rdzvEndpoint + "\n";
   for (const SshNode& node : plan.nodes) {
     text += "  node " + std::to_string(node.nodeRank) + " on " + node.host + ":\n    " +
-            joinWords(node.argv) + "\n";
+            shellJoined(node.argv) + "\n";
   }
   return text;
 }

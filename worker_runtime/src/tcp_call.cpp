@@ -8,7 +8,7 @@
 namespace dtrun::runtime::detail::tcp {
 namespace {
 
-std::string rankList(const std::set<int>& ranks) {
+std::string rankSetList(const std::set<int>& ranks) {
   return detail::rankList(std::vector<int>(ranks.begin(), ranks.end()));
 }
 
@@ -89,11 +89,11 @@ void Call::wait(Op& op) {
     // a ring): what this rank still waited for helps find the one that never came.
     const std::vector<std::string> crashes = comm_.transport_->crashReasons();
     failWith(withEveryCrash(std::string(name_) + ": " + crashes.front(), crashes) +
-                 (waitingFor.empty() ? "" : "; this rank was waiting for " + rankList(waitingFor)),
+                 (waitingFor.empty() ? "" : "; this rank was waiting for " + rankSetList(waitingFor)),
              false);
   }
   failWith(std::string(name_) + ": timed out after " + millis(comm_.config_.timeout) +
-               " ms waiting for " + rankList(waitingFor),
+               " ms waiting for " + rankSetList(waitingFor),
            true);
 }
 
