@@ -88,9 +88,10 @@ void Call::wait(Op& op) {
     // The peer's reason may blame a rank that was itself only waiting (a timeout travels along
     // a ring): what this rank still waited for helps find the one that never came.
     const std::vector<std::string> crashes = comm_.transport_->crashReasons();
-    failWith(withEveryCrash(std::string(name_) + ": " + crashes.front(), crashes) +
-                 (waitingFor.empty() ? "" : "; this rank was waiting for " + rankSetList(waitingFor)),
-             false);
+    failWith(
+        withEveryCrash(std::string(name_) + ": " + crashes.front(), crashes) +
+            (waitingFor.empty() ? "" : "; this rank was waiting for " + rankSetList(waitingFor)),
+        false);
   }
   failWith(std::string(name_) + ": timed out after " + millis(comm_.config_.timeout) +
                " ms waiting for " + rankSetList(waitingFor),
