@@ -19,7 +19,7 @@ constexpr std::size_t kTxnOps = 128;
 // Under etcd's default --max-request-bytes (1.5 MiB), with room for the request's framing.
 constexpr std::size_t kTxnBytes = std::size_t{1} << 20;
 
-std::string describeKeys(std::span<const std::string> keys) {
+std::string keysText(std::span<const std::string> keys) {
   std::string text;
   for (const auto& k : keys) {
     if (text.size() > 200) {
@@ -419,7 +419,7 @@ class EtcdStore final : public Store {
       }
       const auto now = Clock::now();
       if (now >= deadline) {
-        return Status::timeout(std::string(op) + "(" + describeKeys(keys) + ") on " + peer() +
+        return Status::timeout(std::string(op) + "(" + keysText(keys) + ") on " + peer() +
                                ": no reply within " + std::to_string(timeout.count()) + "ms");
       }
       const auto& key = keys[static_cast<std::size_t>(missing - p.found.begin())];

@@ -24,7 +24,7 @@ using detail::remainingMs;
 using detail::Request;
 using std::chrono::milliseconds;
 
-std::string describeKeys(std::span<const std::string> keys) {
+std::string firstKeysText(std::span<const std::string> keys) {
   constexpr std::size_t kShown = 4;
   std::string out = "[";
   for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
@@ -74,7 +74,7 @@ class TcpStore final : public Store, private detail::StoreConnection {
   Result<bool> check(std::span<const std::string> keys) override {
     Request r{.op = Op::kCheck, .keys = views(keys)};
     char reply = 0;
-    DTRUN_TRY(call(r, "check(" + describeKeys(keys) + ")", deadline(),
+    DTRUN_TRY(call(r, "check(" + firstKeysText(keys) + ")", deadline(),
                    [&](auto dl) { return readByte(reply, dl); }));
     return reply == detail::kCheckReady;
   }
@@ -95,7 +95,7 @@ class TcpStore final : public Store, private detail::StoreConnection {
 
   Status wait(std::span<const std::string> keys, milliseconds timeout) override {
     Request r{.op = Op::kWait, .keys = views(keys)};
-    return waitForStop(r, "wait(" + describeKeys(keys) + ")", timeout);
+    return waitForStop(r, "wait(" + firstKeysText(keys) + ")", timeout);
   }
 
   Result<std::optional<Bytes>> waitGet(std::string_view key, milliseconds timeout) override {
@@ -185,7 +185,7 @@ class TcpStore final : public Store, private detail::StoreConnection {
   }
 
   Result<std::vector<Bytes>> multiGet(std::span<const std::string> keys) override {
-    const std::string what = "multi_get(" + describeKeys(keys) + ")";
+    const std::string what = "multi_get(" + firstKeysText(keys) + ")";
     DTRUN_TRY(wait(keys, options_.timeout));
     Request r{.op = Op::kMultiGet, .keys = views(keys)};
     std::vector<Bytes> values(keys.size());
@@ -205,7 +205,7 @@ class TcpStore final : public Store, private detail::StoreConnection {
                                      std::to_string(values.size()) + " values");
     }
     Request r{.op = Op::kMultiSet, .keys = views(keys), .values = views(values)};
-    return call(r, "multi_set(" + describeKeys(keys) + ")", deadline(), nullptr);
+    return call(r, "multi_set(" + firstKeysText(keys) + ")", deadline(), nullptr);
   }
 
   Result<std::chrono::microseconds> ping() override {
