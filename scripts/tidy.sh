@@ -4,8 +4,9 @@
 # Usage: scripts/tidy.sh [dir (default build-tidy)]
 # It reads the unity batches of the release preset (CMakeLists.txt), configured in <dir> and
 # never built (nothing dtrun's sources include is generated): a batch parses Asio, Beast, json
-# and fmt once for its 16 sources, where one clang-tidy run per source parsed them 16 times
-# (measured on agent/'s first batch: 19 s against 130 s of CPU). The sources a batch includes
+# and fmt once for its sources (16, or a whole target: DTRUN_UNITY_BATCH_SIZE below), where one
+# clang-tidy run per source parsed them once each (agent/'s first batch of 16: 19 s against 130 s
+# of CPU). The sources a batch includes
 # are checked as its own code (HeaderFilterRegex), so the diagnostics name them, not the batch.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
