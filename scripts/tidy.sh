@@ -6,8 +6,8 @@
 # never built (nothing dtrun's sources include is generated): a batch parses Asio, Beast, json
 # and fmt once for its sources (16, or a whole target: DTRUN_UNITY_BATCH_SIZE below), where one
 # clang-tidy run per source parsed them once each (agent/'s first batch of 16: 19 s against 130 s
-# of CPU). The sources a batch includes
-# are checked as its own code (HeaderFilterRegex), so the diagnostics name them, not the batch.
+# of CPU). The sources a batch includes are checked as its own code (HeaderFilterRegex), so the
+# diagnostics name them, not the batch.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
