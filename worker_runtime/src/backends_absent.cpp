@@ -1,5 +1,6 @@
 // The Gloo and NCCL factories of dtrun::runtime_tcp, the Tcp-only libdtrt that dtrun's own
 // programs link (worker_runtime/CMakeLists.txt says why): asking for either is a ConfigError.
+// (scripts/tidy.sh: a unit of its own, as it defines what gloo_communicator.cpp defines.)
 #include <memory>
 
 #include "dtrun/runtime.h"
