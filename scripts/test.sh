@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everything, on a fresh Debian bookworm machine: installs the dependencies, checks formatting,
 # builds (warnings are errors) an ASan+UBSan tree (clang), a release tree (GCC) and a TSan tree
-# (clang), runs every test of the first two (a few integration scripts in the release tree only:
-# release_tree_only and release_in_short_form in tests/integration/lib/preamble.sh) and the store
-# and agent tests of the third (one ctest run),
+# (clang), runs every test of the first two (a few integration scripts in one of them only:
+# release_tree_only, release_in_short_form and sanitizers_in_short_form in
+# tests/integration/lib/preamble.sh) and the store and agent tests of the third (one ctest run),
 # fuzzes each parser for FUZZ_SECONDS (default 20) under libFuzzer, and runs clang-tidy. Exits
 # non-zero on the first failure. TEST_JOBS (default 6): how many tests run at once.
 set -euo pipefail
@@ -44,7 +44,7 @@ print_stages() {
 
 # Runs ctest in a build directory and adds its counts to the totals printed at the end. A script
 # that does not run in a tree or form (tests/integration/lib/preamble.sh: release_tree_only,
-# release_in_short_form) is counted as skipped, not passed.
+# release_in_short_form, sanitizers_in_short_form) is counted as skipped, not passed.
 passed=0
 skipped=0
 failed=0

@@ -26,6 +26,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" etcd_rdzv_test "$@"
+sanitizers_in_short_form "the etcd backend's rounds and keepers, dtrun's own code"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 # shellcheck source=lib/etcd_cluster.sh

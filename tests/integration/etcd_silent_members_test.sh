@@ -15,6 +15,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" etcd_silent_members_test "$@"
+sanitizers_in_short_form "the etcd client's deadlines and member failover"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 # shellcheck source=lib/etcd_cluster.sh

@@ -7,6 +7,8 @@
 #   python    - .py entrypoints under PYTHON_EXEC=/usr/bin/python3 (torch 1.13): a gloo all_reduce
 #               job with 2 and 4 ranks, the seeds' barrier ablation with and without the barrier,
 #               -m module entrypoints, the interpreter's command line, ${local_rank} in arguments
+#               (the short form: 2 ranks and the barrier only; 4 ranks and no barrier take the
+#               same paths of dtrun's, and 8 torch imports: 20 CPU-seconds a tree)
 #   restarts  - --max_restarts counted through TORCHELASTIC_RESTART_COUNT, then exhausted
 #   exits     - exit 3 / SIGSEGV / SIGKILL of a worker -> dtrun's exit code; the report's
 #               traceback from stderr, a written error file, or torch's @record
@@ -169,10 +171,12 @@ run gloo2 PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=2 --rdzv
   --log_dir=@LOGS@ "$W/gloo_allreduce.py"
 expect_rc gloo2 0
 check_gloo gloo2 2
-run gloo4 PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=gloo \
-  --log_dir=@LOGS@ "$W/gloo_allreduce.py"
-expect_rc gloo4 0
-check_gloo gloo4 4
+if ((LONG)); then
+  run gloo4 PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=gloo \
+    --log_dir=@LOGS@ "$W/gloo_allreduce.py"
+  expect_rc gloo4 0
+  check_gloo gloo4 4
+fi
 
 # The seeds' barrier ablation, 4 ranks, with the barrier: every rank's "waiting" line precedes
 # every rank's "Results" line (time stamps compared across the per-rank stdout.log files).
@@ -200,16 +204,18 @@ done
   die "barrier: expected every 'waiting' line before every 'Results' line, got the last wait at $latest_wait and the first result at $earliest_result"
 
 # Without the barrier it just completes, with both lines on every rank.
-run nobarrier PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
-  --log_dir=@LOGS@ "$W/barrier_seed.py" "${seed_args[@]}" --run_with_no_barrier
-expect_rc nobarrier 0
-for r in 0 1 2 3; do
-  log=$work/nobarrier/logs/seed/attempt_0/$r/stdout.log
-  [[ -f $log ]] || die "nobarrier rank $r: expected $log, missing"
-  grep -qE '\[INFO\]: I HAVE NO BARRIER DUDE!$' "$log" || die "nobarrier rank $r: expected the no-barrier line, missing"
-  grep -qE '\[INFO\]: Results: \[\[1, 2, 3\]\]$' "$log" || die "nobarrier rank $r: expected the Results line, missing"
-  expect_no_match "nobarrier rank $r: no barrier line" "$log" "I HAVE BARRIER DUDE"
-done
+if ((LONG)); then
+  run nobarrier PYTHON_EXEC=$PYTHON GLOO_SOCKET_IFNAME=lo -- --nproc_per_node=4 --rdzv_id=seed \
+    --log_dir=@LOGS@ "$W/barrier_seed.py" "${seed_args[@]}" --run_with_no_barrier
+  expect_rc nobarrier 0
+  for r in 0 1 2 3; do
+    log=$work/nobarrier/logs/seed/attempt_0/$r/stdout.log
+    [[ -f $log ]] || die "nobarrier rank $r: expected $log, missing"
+    grep -qE '\[INFO\]: I HAVE NO BARRIER DUDE!$' "$log" || die "nobarrier rank $r: expected the no-barrier line, missing"
+    grep -qE '\[INFO\]: Results: \[\[1, 2, 3\]\]$' "$log" || die "nobarrier rank $r: expected the Results line, missing"
+    expect_no_match "nobarrier rank $r: no barrier line" "$log" "I HAVE BARRIER DUDE"
+  done
+fi
 
 # -m: a module from a temporary PYTHONPATH entry, with ${local_rank} in its arguments; the
 # worker's command line must be exactly PYTHON_EXEC -u -m <module> <args>.

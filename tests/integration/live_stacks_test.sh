@@ -17,6 +17,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" live_stacks_test "$@"
+sanitizers_in_short_form "the agent's stack requests and their grouping"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 command -v curl >/dev/null || die "curl not found: scripts/setup.sh installs it"

@@ -18,6 +18,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" live_status_test "$@"
+sanitizers_in_short_form "the agent's status endpoint and page"
 command -v curl >/dev/null || die "curl not found: scripts/setup.sh installs it"
 command -v prometheus >/dev/null || die "prometheus not found: scripts/setup.sh installs it"
 export OMP_NUM_THREADS=1

@@ -13,6 +13,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" multinode_test "$@"
+sanitizers_in_short_form "rendezvous, rounds and restarts across agents (the TSan tree runs it too)"
 # shellcheck source=lib/wait_agent.sh
 source "$HERE/lib/wait_agent.sh"
 WORKER=$HERE/workers/node_worker.sh

@@ -11,6 +11,7 @@
 #   nodes      two agents on loopback (static): the keeper stops the job's crash loop, both exit 86
 set -uo pipefail
 source "$(dirname "$0")/lib/preamble.sh" restart_policy_test "$@"
+sanitizers_in_short_form "the agent's restart policies"
 source "$HERE/lib/wait_agent.sh"
 export GLOO_SOCKET_IFNAME=lo PYTHON_EXEC=$PYTHON
 

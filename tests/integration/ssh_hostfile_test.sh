@@ -21,6 +21,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" ssh_hostfile_test "$@"
+sanitizers_in_short_form "the launcher's ssh fan-out"
 WORKER=$HERE/workers/ssh_worker.sh
 SSHD=/usr/sbin/sshd
 

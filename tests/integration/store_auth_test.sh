@@ -13,6 +13,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" store_auth_test "$@"
+sanitizers_in_short_form "the store's token checks"
 STEP_TIMEOUT=120
 ok() { pass "$* ok"; }
 

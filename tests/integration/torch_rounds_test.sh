@@ -12,6 +12,7 @@ set -euo pipefail
 
 # shellcheck source=lib/preamble.sh
 source "$(dirname "$0")/lib/preamble.sh" torch_rounds_test "$@"
+sanitizers_in_short_form "the keeper's clearing of torch's keys across rounds"
 source "$HERE/lib/wait_agent.sh"
 $PYTHON -c 'import torch.distributed' 2>/dev/null || die "torch is missing for $PYTHON (scripts/setup.sh installs python3-torch)"
 WORKER=$HERE/workers/torch_round.py

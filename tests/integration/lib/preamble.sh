@@ -24,6 +24,10 @@
 #                    runs): for a script whose instrumented paths (dtrun's own code) the tree's
 #                    other scripts and unit tests drive too, most of whose time is uninstrumented
 #                    work (torch workers); DTRUN_TEST_LONG=1 runs it in every tree
+#   sanitizers_in_short_form <why>  in the release tree's short form: one SKIP line, exit 77:
+#                    for a script whose subject is dtrun's own code (rendezvous, restarts, the
+#                    live view), which the ASan tree runs instrumented with the same workers, so
+#                    that CI runs it once; DTRUN_TEST_LONG=1 (ctest by hand) runs it here too
 #   work       a fresh directory; pids: background processes the test started
 #   forget <pid>     drops a reaped pid from pids, so the cleanup never signals a reused pid
 #   at_exit <command>    runs <command> on exit (in order of registration)
@@ -107,6 +111,12 @@ release_tree_only() {
 release_in_short_form() {
   ((SANITIZED && !LONG)) || return 0
   echo "$TEST_NAME: SKIP in a sanitizer tree's short form (DTRUN_TEST_LONG=1 runs it): $*"
+  exit 77
+}
+
+sanitizers_in_short_form() {
+  ((!SANITIZED && !LONG)) || return 0
+  echo "$TEST_NAME: SKIP in the release tree's short form (the ASan tree runs it; DTRUN_TEST_LONG=1 runs it here): $*"
   exit 77
 }
 
