@@ -109,7 +109,10 @@ for n in 0 1; do
     --log_dir="$work/logs/n$n" "$WORKER" >"$work/n$n.out" 2>"$work/n$n.err" &
   agent_pid[$n]=$!
   pids+=("$!")
-  [[ $n -eq 0 ]] && sleep 0.5  # node 0 binds the endpoint's port first: it hosts the store
+  # Node 0 must host the store (whoever binds the endpoint's port first does): node 1 starts once
+  # it listens. A fixed 0.5 s was not enough under CI's load in the ASan tree: node 1 bound the
+  # port first, hosted the store and printed the job's console itself.
+  if ((n == 0)); then wait_for "$work/n0.err" "store listening on" || true; fi
 done
 two_ok=1
 for n in 0 1; do
