@@ -53,8 +53,8 @@ def flags_of(entry):  # the include paths, macros and language standard of one c
     kept, rest = [], iter(args[1:])
     for arg in rest:
         if arg in ("-I", "-D", "-isystem", "-include"):
-            kept += [arg, next(rest)]
-        elif arg.startswith(("-I", "-D", "-isystem", "-std=")):
+            kept.append(arg + next(rest))  # one word each, so that merging keeps the pairs whole
+        elif arg.startswith(("-I", "-D", "-isystem", "-include", "-std=")):
             kept.append(arg)
     return args[0], kept
 
@@ -79,9 +79,7 @@ def write_unit(name, sources, text):
     open(unit, "w").write(text)
     compiler, merged = flags_of(entries[sources[0]])
     for source in sources[1:]:
-        for flag in flags_of(entries[source])[1]:
-            if flag not in merged or flag in ("-I", "-D", "-isystem", "-include"):
-                merged.append(flag)
+        merged += [flag for flag in flags_of(entries[source])[1] if flag not in merged]
     return {"directory": entries[sources[0]]["directory"], "file": unit,
             "arguments": [compiler, *merged, "-c", unit], "size": sum(map(weight, sources))}
 
@@ -100,7 +98,7 @@ def headers(directory):  # every header under one of the repository's include di
 def resolves(source):  # what each of the headers its -I directories hold resolves to
     if source in resolved:
         return resolved[source]
-    dirs = [f[2:] for f in flags_of(entries[source])[1] if f.startswith("-I") and len(f) > 2]
+    dirs = [f[2:] for f in flags_of(entries[source])[1] if f.startswith("-I")]
     seen = {}
     for directory in dirs:
         for header in headers(directory):
@@ -144,7 +142,8 @@ def shares_of(paths):
 
 
 header_cache, resolved, units = {}, {}, []
-targets = {}  # a library's sources by their flags: one target's (host_facts.cpp has its own)
+targets = {}  # a library's sources by their flags: a target's (libdtrt's core and backends share
+# theirs; host_facts.cpp has its own)
 for path in libraries:
     targets.setdefault(tuple(flags_of(entries[path])[1]), []).append(path)
 for i, share in enumerate(targets.values()):
