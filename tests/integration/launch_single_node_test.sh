@@ -8,7 +8,7 @@
 #               job with 2 and 4 ranks, the seeds' barrier ablation with and without the barrier,
 #               -m module entrypoints, the interpreter's command line, ${local_rank} in arguments
 #               (the short form: 2 ranks and the barrier only; 4 ranks and no barrier take the
-#               same paths of dtrun's, and 8 torch imports: 20 CPU-seconds a tree)
+#               same paths of dtrun's, and 8 torch imports of about 2 CPU-seconds each)
 #   restarts  - --max_restarts counted through TORCHELASTIC_RESTART_COUNT, then exhausted
 #   exits     - exit 3 / SIGSEGV / SIGKILL of a worker -> dtrun's exit code; the report's
 #               traceback from stderr, a written error file, or torch's @record
