@@ -81,7 +81,7 @@ def write_unit(name, sources, text):
     for source in sources[1:]:
         merged += [flag for flag in flags_of(entries[source])[1] if flag not in merged]
     return {"directory": entries[sources[0]]["directory"], "file": unit,
-            "arguments": [compiler, *merged, "-c", unit], "size": sum(map(weight, sources))}
+            "arguments": [compiler, *merged, "-c", unit], "size": sum(map(os.path.getsize, sources))}
 
 
 def headers(directory):  # every header under one of the repository's include directories
@@ -96,14 +96,11 @@ def headers(directory):  # every header under one of the repository's include di
 
 
 def resolves(source):  # what each of the headers its -I directories hold resolves to
-    if source in resolved:
-        return resolved[source]
     dirs = [f[2:] for f in flags_of(entries[source])[1] if f.startswith("-I")]
     seen = {}
     for directory in dirs:
         for header in headers(directory):
             seen.setdefault(header, directory)
-    resolved[source] = seen
     return seen
 
 
@@ -113,15 +110,6 @@ def defines(source):
 
 def clash(a, b):  # one name, two meanings: a header path or a macro that resolves differently
     return any(a[k] != b[k] for k in a.keys() & b.keys())
-
-
-def weight(path):  # a guess at its cost: its text and the project headers it includes
-    total = os.path.getsize(path)
-    dirs = [os.path.dirname(path)] + [f[2:] for f in flags_of(entries[path])[1] if f.startswith("-I")]
-    for name in re.findall(r'^\s*#\s*include\s*"([^"]+)"', open(path).read(), re.M):
-        found = [os.path.join(d, name) for d in dirs if os.path.isfile(os.path.join(d, name))]
-        total += os.path.getsize(found[0]) if found else 0
-    return total
 
 
 def shares_of(paths):
@@ -141,7 +129,7 @@ def shares_of(paths):
     return [share[0] for share in shares]
 
 
-header_cache, resolved, units = {}, {}, []
+header_cache, units = {}, []
 targets = {}  # a library's sources by their flags: a target's (libdtrt's core and backends share
 # theirs; host_facts.cpp has its own)
 for path in libraries:
@@ -161,7 +149,7 @@ for i, share in enumerate(shares_of(programs)):
         wrapped.append(f'namespace tidy_program_{n} {{\n#include "{path}"\n}}  // namespace tidy_program_{n}')
     units.append(write_unit(f"programs_{i}.cxx", share, "\n".join(hoisted + wrapped) + "\n"))
 for path in alone:
-    units.append({**entries[path], "size": weight(path)})
+    units.append({**entries[path], "size": os.path.getsize(path)})
 units.sort(key=lambda unit: unit["size"], reverse=True)  # the longest start first
 json.dump([{k: v for k, v in unit.items() if k != "size"} for unit in units],
           open(os.path.join(out, "compile_commands.json"), "w"), indent=1)
