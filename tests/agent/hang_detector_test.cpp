@@ -160,6 +160,31 @@ TEST_CASE("one rank lagging while the others progress is a hang", "[unit][agent]
   CHECK_FALSE(diagnoseHang(ranks, 100 * kSecond, 70s));
 }
 
+TEST_CASE("ranks waiting in the operation a late rank has just entered are not lagging",
+          "[unit][agent]") {
+  // torch_hang_test's slow_start under load: ranks 0 and 2 entered init_process_group 13 s
+  // before rank 1, which was still starting, and the watch polled before the group formed.
+  const std::vector<RankProgress> ranks = {rank(0, 1, "init_process_group", "world", 20, 20),
+                                           rank(1, 1, "init_process_group", "world", 33, 33),
+                                           rank(2, 1, "init_process_group", "world", 20.3, 20.3)};
+  CHECK_FALSE(diagnoseHang(ranks, 33.5 * kSecond, 10s));
+  // The operation never ends once all are in it: a hang, the first to enter it named.
+  const auto d = diagnoseHang(ranks, 43 * kSecond, 10s);
+  REQUIRE(d);
+  CHECK(d->reason == "no_progress");
+  CHECK(
+      d->summary.starts_with("rank 0 on node3 is in init_process_group #1 (group world) since "
+                             "23.0 s; "));
+  // A rank still in an operation the others have left behind lags as before.
+  const std::vector<RankProgress> behind = {rank(0, 2, "all_reduce", "world", 33, 33),
+                                            rank(1, 1, "init_process_group", "world", 20, 20),
+                                            rank(2, 2, "all_reduce", "world", 33, 33)};
+  const auto lag = diagnoseHang(behind, 33.5 * kSecond, 10s);
+  REQUIRE(lag);
+  CHECK(lag->reason == "lagging_rank");
+  CHECK(lag->summary.starts_with("rank 1 on node3 is in init_process_group #1"));
+}
+
 TEST_CASE("the report and the summary come from one record", "[unit][agent]") {
   namespace detail = dtrun::agent::detail;
   detail::JobRecord job;

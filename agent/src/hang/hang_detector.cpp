@@ -177,8 +177,20 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
     }
   } else {
     reason = "lagging_rank";
+    // A rank that waits in the operation another has just entered (the same one: that rank was
+    // still starting, or slow to get there) is not behind: the operation ends once all are in it.
+    // On a loaded node the last arrival's init_process_group took long enough for a poll to fall
+    // between its entry and everyone's exit.
+    const auto waitsForLateArrival = [&](const RankProgress* r) {
+      return r->snapshot.opStartNs != 0 &&
+             std::any_of(judged.begin(), judged.end(), [&](const RankProgress* other) {
+               return newest - other->snapshot.changedNs < limitNs &&
+                      other->snapshot.opStartNs != 0 && other->snapshot.ops == r->snapshot.ops &&
+                      signature(other->snapshot) == signature(r->snapshot);
+             });
+    };
     for (const auto* r : judged) {
-      if (newest - r->snapshot.changedNs >= limitNs) {
+      if (newest - r->snapshot.changedNs >= limitNs && !waitsForLateArrival(r)) {
         suspects.push_back(r);
       }
     }
