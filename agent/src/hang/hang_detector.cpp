@@ -185,7 +185,7 @@ std::optional<HangDiagnosis> diagnoseHang(const std::vector<RankProgress>& ranks
       return r->snapshot.opStartNs != 0 &&
              std::any_of(judged.begin(), judged.end(), [&](const RankProgress* other) {
                return newest - other->snapshot.changedNs < limitNs &&
-                      other->snapshot.opStartNs != 0 && other->snapshot.ops == r->snapshot.ops &&
+                      other->snapshot.ops == r->snapshot.ops &&
                       signature(other->snapshot) == signature(r->snapshot);
              });
     };
